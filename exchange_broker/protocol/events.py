@@ -1,0 +1,65 @@
+"""Events produced by :class:`ServerConnection` for the broker session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class Opened:
+    """The handshake finished: the client is logged in and the vhost is open."""
+    user: str
+    vhost: str
+    client_properties: dict
+
+
+@dataclass(slots=True)
+class ChannelOpened:
+    channel: int
+
+
+@dataclass(slots=True)
+class ChannelClosed:
+    """The client closed the channel (or answered our close); its state must be released."""
+    channel: int
+
+
+@dataclass(slots=True)
+class Method:
+    channel: int
+    method: Any  # a pamqp command
+
+
+@dataclass(slots=True)
+class Publish:
+    channel: int
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+    properties: bytes  # raw property flags + values, forwarded untouched
+    body: bytes
+
+
+@dataclass(slots=True)
+class Ack:
+    """basic.ack (kind 0), basic.nack (kind 1) or basic.reject (kind 2)."""
+    channel: int
+    kind: int
+    delivery_tag: int
+    multiple: bool
+    requeue: bool
+
+
+@dataclass(slots=True)
+class Closing:
+    """The connection is going away (client close, or a hard error we sent)."""
+    code: int
+    text: str
+    by_client: bool
+
+
+@dataclass(slots=True)
+class Closed:
+    """The close handshake is complete; the transport may be closed."""

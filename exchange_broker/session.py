@@ -1,0 +1,390 @@
+"""One client connection: feeds bytes to the protocol layer and applies its events to the core.
+
+No asyncio here either: the server hands us bytes and a ``write``/``close`` pair.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Callable
+
+from pamqp import commands
+from pamqp import decode as pdecode
+
+from .channel import Channel
+from .protocol import codec
+from .protocol import events as ev
+from .protocol.connection import ServerConnection, TooLarge
+from .protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, INTERNAL_ERROR, NOT_FOUND,
+                                 NOT_IMPLEMENTED, PRECONDITION_FAILED)
+from .protocol.errors import AMQPError
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .vhost import VHost
+
+log = logging.getLogger("exchange_broker.session")
+
+B, Q, E, C = commands.Basic, commands.Queue, commands.Exchange, commands.Channel
+
+
+class Session:
+    def __init__(self, broker: "Broker", write: Callable[[bytes], None], close: Callable[[], None],
+                 peer: tuple = ("", 0), *, limits: dict | None = None, name: str = "") -> None:
+        self.broker = broker
+        self._write = write
+        self._close_transport = close
+        self.peer = peer
+        self.name = name or f"{peer[0]}:{peer[1]}"
+        limits = limits or {}
+        self.conn = ServerConnection(self._authenticate, broker.open_vhost, broker.server_properties(),
+                                     **limits)
+        self.channels: dict[int, Channel] = {}
+        self.vhost: "VHost | None" = None
+        self.user: str | None = None
+        self.exclusive_queues: set = set()
+        self.writable = True
+        self.dirty = False
+        self.closed = False
+        self._confirm_flush: list[Channel] = []
+        self.client_properties: dict = {}
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def mark_dirty(self) -> None:
+        self.broker.mark_dirty(self)
+
+    def want_confirm_flush(self, ch: Channel) -> None:
+        self._confirm_flush.append(ch)
+        self.broker.mark_dirty(self)
+
+    def flush(self) -> None:
+        if self._confirm_flush:
+            chans, self._confirm_flush = self._confirm_flush, []
+            for ch in chans:
+                ch.flush_confirms()
+        data = self.conn.data_to_send()
+        if data and not self.closed:
+            self._write(data)
+
+    def _authenticate(self, mechanism: str, response: bytes) -> str:
+        user, password = "", ""
+        try:
+            if mechanism == "PLAIN":
+                parts = response.split(b"\x00")
+                if len(parts) != 3:
+                    raise ValueError("PLAIN response must be authzid NUL user NUL password")
+                user, password = parts[1].decode("utf-8"), parts[2].decode("utf-8")
+            elif mechanism == "AMQPLAIN":
+                table = pdecode.field_table(len(response).to_bytes(4, "big") + response)[1]
+                user, password = table.get("LOGIN", ""), table.get("PASSWORD", "")
+                user = user.decode() if isinstance(user, bytes) else str(user)
+                password = password.decode() if isinstance(password, bytes) else str(password)
+        except Exception as exc:
+            raise AMQPError(ACCESS_REFUSED, f"malformed {mechanism} login response: {exc}",
+                            10, 11, hard=True) from None
+        host = self.peer[0] if self.peer else ""
+        loopback = host.startswith("127.") or host in ("::1", "localhost", "") or host.startswith("::ffff:127.")
+        return self.broker.authenticate(user, password, loopback)
+
+    # -- input ---------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.conn.receive_data(data)
+        except Exception:  # a bug must never take the server down; close this connection only
+            log.exception("internal error parsing input from %s", self.name)
+            self._handle_closing(self.conn.close(INTERNAL_ERROR, "internal error"))
+            self.mark_dirty()
+            return
+        for event in events:
+            self._handle(event)
+        self.mark_dirty()
+
+    def _handle(self, event) -> None:
+        t = type(event)
+        try:
+            if t is ev.Publish:
+                ch = self.channels[event.channel]
+                ch.publish(event.exchange, event.routing_key, event.mandatory, event.immediate,
+                           event.properties, event.body)
+            elif t is ev.Ack:
+                self.channels[event.channel].ack(event.kind, event.delivery_tag, event.multiple,
+                                                 event.requeue)
+            elif t is ev.Method:
+                self._method(self.channels[event.channel], event.method)
+            elif t is ev.ChannelOpened:
+                self.channels[event.channel] = Channel(self, event.channel)
+            elif t is ev.ChannelClosed:
+                ch = self.channels.pop(event.channel, None)
+                if ch is not None:
+                    ch.close()
+            elif t is ev.Opened:
+                self.vhost = self.broker.vhosts[event.vhost]
+                self.user = event.user
+                self.client_properties = event.client_properties
+                self.broker.sessions.add(self)
+                log.info("connection %s opened: user '%s', vhost '%s'", self.name, event.user, event.vhost)
+            elif t is ev.Closing:
+                self._handle_closing(event)
+            elif t is ev.Closed:
+                self._handle_closing(None)
+                self.flush()
+                self.closed = True
+                self._close_transport()
+        except AMQPError as err:
+            self._error(getattr(event, "channel", 0), err)
+        except KeyError:
+            # event for a channel the session already released (e.g. closed by an earlier error)
+            if getattr(event, "channel", 0) not in self.channels:
+                return
+            raise
+
+    def _error(self, channel: int, err: AMQPError) -> None:
+        if err.hard or channel == 0 or channel not in self.channels:
+            log.info("closing connection %s: %s", self.name, err)
+            self._handle_closing(self.conn.close(err.code, err.text, err.class_id, err.method_id))
+        else:
+            log.info("closing channel %d on %s: %s", channel, self.name, err)
+            ch = self.channels.pop(channel)
+            ch.flush_confirms()
+            self.conn.close_channel(channel, err)
+            ch.close()
+        self.mark_dirty()
+
+    def _handle_closing(self, event) -> None:
+        """Release every resource of this connection (idempotent)."""
+        if event is not None and event.by_client is False and event.code:
+            pass
+        for ch in list(self.channels.values()):
+            ch.close()
+        self.channels.clear()
+        for q in list(self.exclusive_queues):
+            vh = self.broker.vhosts.get(q.vhost)
+            if vh is not None:
+                vh.remove_queue(q)
+        self.exclusive_queues.clear()
+        self.broker.sessions.discard(self)
+
+    def connection_lost(self) -> None:
+        self._handle_closing(None)
+        self.closed = True
+
+    def server_close(self, code: int, text: str) -> None:
+        """Broker-initiated close (shutdown 320, admin API, heartbeat)."""
+        self._handle_closing(self.conn.close(code, text))
+        self.mark_dirty()
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        queues = {c.queue for ch in self.channels.values() for c in ch.consumers.values()}
+        for q in queues:
+            q.dispatch()
+
+    # -- methods -------------------------------------------------------------------------------
+    def _method(self, ch: Channel, m) -> None:
+        handler = _HANDLERS.get(type(m))
+        if handler is None:
+            if isinstance(m, TooLarge):
+                raise m.error()
+            raise AMQPError(COMMAND_INVALID, f"unimplemented method {m.name}", m.index >> 16,
+                            m.index & 0xFFFF, hard=True)
+        try:
+            handler(self, ch, m)
+        except AMQPError as err:
+            raise err.for_method(m.index >> 16, m.index & 0xFFFF)
+
+    def _reply(self, ch: Channel, method) -> None:
+        self.conn.send_method(ch.number, method)
+
+    def _queue_name(self, ch: Channel, name: str, cid: int, mid: int) -> str:
+        if name == "":
+            last = getattr(ch, "last_queue", None)
+            if last is None:
+                raise AMQPError(NOT_FOUND, "no previously declared queue", cid, mid, hard=False)
+            return last
+        return name
+
+    # channel
+    def _channel_flow(self, ch: Channel, m) -> None:
+        ch.flow_active = bool(m.active)
+        self._reply(ch, C.FlowOk(active=ch.flow_active))
+        if ch.flow_active:
+            for c in list(ch.consumers.values()):
+                c.queue.dispatch()
+
+    def _ignore(self, ch: Channel, m) -> None:
+        pass
+
+    # exchange
+    def _exchange_declare(self, ch: Channel, m) -> None:
+        self.vhost.declare_exchange(m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete,
+                                    m.internal, m.arguments)
+        if not m.nowait:
+            self._reply(ch, E.DeclareOk())
+
+    def _exchange_delete(self, ch: Channel, m) -> None:
+        self.vhost.delete_exchange(m.exchange, m.if_unused)
+        if not m.nowait:
+            self._reply(ch, E.DeleteOk())
+
+    def _exchange_bind(self, ch: Channel, m) -> None:
+        self.vhost.bind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 30, self)
+        if not m.nowait:
+            self._reply(ch, E.BindOk())
+
+    def _exchange_unbind(self, ch: Channel, m) -> None:
+        self.vhost.unbind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 40, self)
+        if not m.nowait:
+            self._reply(ch, E.UnbindOk())
+
+    # queue
+    def _queue_declare(self, ch: Channel, m) -> None:
+        q = self.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive, m.auto_delete,
+                                     m.arguments, owner=self)
+        ch.last_queue = q.name
+        if not m.nowait:
+            self._reply(ch, Q.DeclareOk(q.name, q.message_count, len(q.consumers)))
+
+    def _queue_bind(self, ch: Channel, m) -> None:
+        rk = m.routing_key
+        name = self._queue_name(ch, m.queue, 50, 20)
+        if m.queue == "" and rk == "":
+            rk = name
+        self.vhost.bind(m.exchange, "queue", name, rk, m.arguments, 50, 20, self)
+        if not m.nowait:
+            self._reply(ch, Q.BindOk())
+
+    def _queue_unbind(self, ch: Channel, m) -> None:
+        name = self._queue_name(ch, m.queue, 50, 50)
+        self.vhost.unbind(m.exchange, "queue", name, m.routing_key, m.arguments, 50, 50, self)
+        self._reply(ch, Q.UnbindOk())
+
+    def _queue_purge(self, ch: Channel, m) -> None:
+        count = self.vhost.purge_queue(self._queue_name(ch, m.queue, 50, 30), self)
+        if not m.nowait:
+            self._reply(ch, Q.PurgeOk(count))
+
+    def _queue_delete(self, ch: Channel, m) -> None:
+        count = self.vhost.delete_queue(self._queue_name(ch, m.queue, 50, 40), m.if_unused, m.if_empty,
+                                        self)
+        if not m.nowait:
+            self._reply(ch, Q.DeleteOk(count))
+
+    # basic
+    def _basic_qos(self, ch: Channel, m) -> None:
+        if m.prefetch_size:
+            raise AMQPError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})", 60, 10, hard=True)
+        if m.global_:
+            ch.global_prefetch = m.prefetch_count
+        else:
+            ch.prefetch = m.prefetch_count
+        self._reply(ch, B.QosOk())
+        for c in list(ch.consumers.values()):
+            c.queue.dispatch()
+
+    def _basic_consume(self, ch: Channel, m) -> None:
+        q = self.vhost.get_queue(self._queue_name(ch, m.queue, 60, 20), self, 60, 20)
+        consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, m.arguments)
+        if not m.nowait:
+            self._reply(ch, B.ConsumeOk(consumer.tag))
+        q.add_consumer(consumer)
+
+    def _basic_cancel(self, ch: Channel, m) -> None:
+        ch.cancel(m.consumer_tag)
+        if not m.nowait:
+            self._reply(ch, B.CancelOk(m.consumer_tag))
+
+    def _basic_get(self, ch: Channel, m) -> None:
+        q = self.vhost.get_queue(self._queue_name(ch, m.queue, 60, 70), self, 60, 70)
+        msg = q.get()
+        if msg is None:
+            self._reply(ch, B.GetEmpty())
+            return
+        tag = ch.next_tag
+        ch.next_tag += 1
+        q.stats_delivered += 1
+        self.conn.send_parts(codec.get_ok_frames(
+            ch.number, tag, msg.redelivered, codec.short_str(msg.exchange),
+            codec.short_str(msg.routing_key), q.message_count, msg.properties, msg.body,
+            self.conn.frame_max))
+        if m.no_ack:
+            self.broker.settle(msg)
+        else:
+            ch.unacked[tag] = (msg, None)
+            q.unacked += 1
+            self.broker.delivered(msg)
+
+    def _basic_recover(self, ch: Channel, m) -> None:
+        ch.recover(m.requeue)
+        if isinstance(m, B.Recover):
+            self._reply(ch, B.RecoverOk())
+
+    def _confirm_select(self, ch: Channel, m) -> None:
+        if ch.tx:
+            raise AMQPError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode", 85, 10,
+                            hard=False)
+        ch.confirm = True
+        if not m.nowait:
+            self._reply(ch, commands.Confirm.SelectOk())
+
+    def _tx_select(self, ch: Channel, m) -> None:
+        if ch.confirm:
+            raise AMQPError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode", 90, 10,
+                            hard=False)
+        ch.tx = True
+        self._reply(ch, commands.Tx.SelectOk())
+
+    def _tx_commit(self, ch: Channel, m) -> None:
+        if not ch.tx:
+            raise AMQPError(PRECONDITION_FAILED, "channel is not transactional", 90, 20, hard=False)
+        waiters = ch.tx_commit()
+        pending = [w for w in waiters if not w.done]
+        if not pending:
+            self._reply(ch, commands.Tx.CommitOk())
+            return
+        # commit-ok only once every persistent message of the transaction is stored
+        state = {"left": len(pending), "ok": True}
+
+        def done(_arg, ok: bool) -> None:
+            state["left"] -= 1
+            state["ok"] = state["ok"] and ok
+            if state["left"] == 0 and not ch.closed:
+                if state["ok"]:
+                    self._reply(ch, commands.Tx.CommitOk())
+                else:
+                    self._error(ch.number, AMQPError(INTERNAL_ERROR, "could not store the transaction's "
+                                                     "messages", 90, 20, hard=True))
+                self.mark_dirty()
+
+        for w in pending:
+            w.add(done, None)
+
+    def _tx_rollback(self, ch: Channel, m) -> None:
+        if not ch.tx:
+            raise AMQPError(PRECONDITION_FAILED, "channel is not transactional", 90, 30, hard=False)
+        ch.tx_rollback()
+        self._reply(ch, commands.Tx.RollbackOk())
+
+
+_HANDLERS = {
+    C.Flow: Session._channel_flow,
+    C.FlowOk: Session._ignore,
+    E.Declare: Session._exchange_declare,
+    E.Delete: Session._exchange_delete,
+    E.Bind: Session._exchange_bind,
+    E.Unbind: Session._exchange_unbind,
+    Q.Declare: Session._queue_declare,
+    Q.Bind: Session._queue_bind,
+    Q.Unbind: Session._queue_unbind,
+    Q.Purge: Session._queue_purge,
+    Q.Delete: Session._queue_delete,
+    B.Qos: Session._basic_qos,
+    B.Consume: Session._basic_consume,
+    B.Cancel: Session._basic_cancel,
+    B.Get: Session._basic_get,
+    B.Recover: Session._basic_recover,
+    B.RecoverAsync: Session._basic_recover,
+    commands.Confirm.Select: Session._confirm_select,
+    commands.Tx.Select: Session._tx_select,
+    commands.Tx.Commit: Session._tx_commit,
+    commands.Tx.Rollback: Session._tx_rollback,
+}

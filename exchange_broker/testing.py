@@ -1,0 +1,72 @@
+"""Run a broker in a background thread with its own event loop (for tests and embedding)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from .broker import Broker
+from .server import BrokerServer
+
+
+class ThreadedBroker:
+    """Start with ``start()``; ``port`` is then the bound ephemeral port; ``stop()`` joins the thread."""
+
+    def __init__(self, broker: Broker | None = None, host: str = "127.0.0.1", port: int = 0,
+                 limits: dict | None = None, **server_kwargs) -> None:
+        self.broker = broker or Broker()
+        self.server = BrokerServer(self.broker, host, port, limits=limits, **server_kwargs)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="broker", daemon=True)
+        self._ready = threading.Event()
+        self._stopped = asyncio.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._main())
+        except BaseException as exc:  # surfaced by start()
+            self._error = exc
+            self._ready.set()
+        finally:
+            self.loop.close()
+
+    async def _main(self) -> None:
+        self._stopped = asyncio.Event()
+        await self.server.start()
+        self._ready.set()
+        await self._stopped.wait()
+        await self.server.stop(grace=2.0)
+
+    def start(self) -> "ThreadedBroker":
+        self._thread.start()
+        self._ready.wait(10)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def call(self, fn, *args, timeout: float = 10):
+        """Run fn(*args) on the broker's loop and return its result (thread-safe inspection)."""
+        async def _call():
+            return fn(*args)
+        return asyncio.run_coroutine_threadsafe(_call(), self.loop).result(timeout)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self._stopped.set)
+            self._thread.join(15)
+
+    def __enter__(self) -> "ThreadedBroker":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

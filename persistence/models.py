@@ -1,0 +1,130 @@
+"""SQLAlchemy declarative models: the single source of truth for the schema.
+
+The schema itself is created only by the alembic migrations in ``migrations/``;
+``tests/persistence/test_migrations.py`` checks that the two never drift apart.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-assigns ids for an INTEGER PRIMARY KEY column (a rowid alias).
+QueueIdType = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class VHost(Base):
+    __tablename__ = "vhosts"
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    metadata_json: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class User(Base):
+    __tablename__ = "users"
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    password_hash: Mapped[str] = mapped_column(Text, nullable=False)
+    hashing_algorithm: Mapped[str] = mapped_column(String, nullable=False)
+    tags_json: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class Permission(Base):
+    __tablename__ = "permissions"
+    user: Mapped[str] = mapped_column(String, primary_key=True)
+    vhost: Mapped[str] = mapped_column(String, primary_key=True)
+    configure: Mapped[str] = mapped_column(Text, nullable=False)
+    write: Mapped[str] = mapped_column(Text, nullable=False)
+    read: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class Exchange(Base):
+    __tablename__ = "exchanges"
+    vhost: Mapped[str] = mapped_column(String, primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    type: Mapped[str] = mapped_column(String, nullable=False)
+    durable: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    auto_delete: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    internal: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    arguments: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
+class Queue(Base):
+    __tablename__ = "queues"
+    __table_args__ = (
+        UniqueConstraint("vhost", "name"),
+        {"sqlite_autoincrement": True},  # never reuse a deleted queue's id
+    )
+    id: Mapped[int] = mapped_column(QueueIdType, primary_key=True, autoincrement=True)
+    vhost: Mapped[str] = mapped_column(String, nullable=False)
+    name: Mapped[str] = mapped_column(String, nullable=False)
+    durable: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    exclusive: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    auto_delete: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    arguments: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    delivered_mark: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+
+
+class Binding(Base):
+    __tablename__ = "bindings"
+    vhost: Mapped[str] = mapped_column(String, primary_key=True)
+    source: Mapped[str] = mapped_column(String, primary_key=True)
+    destination: Mapped[str] = mapped_column(String, primary_key=True)
+    destination_type: Mapped[str] = mapped_column(String(16), primary_key=True)
+    routing_key: Mapped[str] = mapped_column(String, primary_key=True)
+    arguments_sha1: Mapped[str] = mapped_column(String(40), primary_key=True)
+    arguments: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
+class Message(Base):
+    __tablename__ = "messages"
+    queue_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("queues.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    exchange: Mapped[str] = mapped_column(String, nullable=False)
+    routing_key: Mapped[str] = mapped_column(String, nullable=False)
+    properties: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    body: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    created_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    expires_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    priority: Mapped[int] = mapped_column(SmallInteger, nullable=False)
+
+
+class StreamOffset(Base):
+    __tablename__ = "stream_offsets"
+    vhost: Mapped[str] = mapped_column(String, primary_key=True)
+    queue: Mapped[str] = mapped_column(String, primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+vhosts = VHost.__table__
+users = User.__table__
+permissions = Permission.__table__
+exchanges = Exchange.__table__
+queues = Queue.__table__
+bindings = Binding.__table__
+messages = Message.__table__
+stream_offsets = StreamOffset.__table__

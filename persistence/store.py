@@ -1,0 +1,103 @@
+"""The durable-store interface the broker core codes against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+
+@dataclass
+class StoredMessage:
+    queue_id: int
+    seq: int  # queue-local order, assigned by the broker, strictly rising per queue
+    exchange: str
+    routing_key: str
+    properties: bytes  # raw AMQP content-header property bytes (opaque to the store)
+    body: bytes
+    created_ms: int  # publish time, epoch milliseconds
+    expires_ms: int | None = None  # absolute expiry (TTL); None = never
+    priority: int = 0
+    redelivered: bool = False  # filled in by load: seq <= the queue's delivered mark
+
+
+@dataclass
+class Definitions:
+    vhosts: list[dict]  # {"name", "metadata": dict}
+    users: list[dict]  # {"name", "password_hash", "hashing_algorithm", "tags": list[str]}
+    permissions: list[dict]  # {"user", "vhost", "configure", "write", "read"}
+    exchanges: list[dict]  # {"vhost","name","type","durable","auto_delete","internal","arguments"}
+    queues: list[dict]  # {"id","vhost","name","durable","exclusive","auto_delete","arguments",
+    #  "message_count","min_seq","max_seq","delivered_mark"}
+    bindings: list[dict]  # {"vhost","source","destination","destination_type","routing_key","arguments"}
+
+
+class Store(Protocol):
+    def open(self) -> None: ...
+    def close(self) -> None: ...
+    def load_definitions(self) -> Definitions: ...
+
+    def put_vhost(self, name: str, metadata: dict | None = None) -> None: ...
+    def delete_vhost(self, name: str) -> None: ...
+    def put_user(
+        self, name: str, password_hash: str, hashing_algorithm: str, tags: list[str]
+    ) -> None: ...
+    def delete_user(self, name: str) -> None: ...
+    def put_permission(
+        self, user: str, vhost: str, configure: str, write: str, read: str
+    ) -> None: ...
+    def delete_permission(self, user: str, vhost: str) -> None: ...
+    def put_exchange(
+        self,
+        vhost: str,
+        name: str,
+        type: str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: bytes,
+    ) -> None: ...
+    def delete_exchange(self, vhost: str, name: str) -> None: ...
+    def put_queue(
+        self,
+        vhost: str,
+        name: str,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: bytes,
+    ) -> int: ...
+    def delete_queue(self, vhost: str, name: str) -> None: ...
+    def put_binding(
+        self,
+        vhost: str,
+        source: str,
+        destination: str,
+        destination_type: str,
+        routing_key: str,
+        arguments: bytes,
+    ) -> None: ...
+    def delete_binding(
+        self,
+        vhost: str,
+        source: str,
+        destination: str,
+        destination_type: str,
+        routing_key: str,
+        arguments: bytes,
+    ) -> None: ...
+
+    def write_batch(
+        self,
+        appends: list[StoredMessage],
+        removes: list[tuple[int, int]],
+        delivered_marks: dict[int, int],
+        purges: Iterable[int] = (),
+    ) -> None:
+        """One transaction: purges, then appends, then removes, then delivered marks."""
+        ...
+
+    def load_messages(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]: ...
+    def queue_stats(self, queue_id: int) -> tuple[int, int, int]: ...
+
+    def store_offset(self, vhost: str, queue: str, name: str, offset: int) -> None: ...
+    def query_offset(self, vhost: str, queue: str, name: str) -> int | None: ...

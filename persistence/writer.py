@@ -1,0 +1,157 @@
+"""Group-commit writer: one thread merges queued message operations into single transactions."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .store import Store, StoredMessage
+
+log = logging.getLogger("exchange_broker.persistence")
+
+OnDone = Callable[[list[object], "BaseException | None"], None]
+
+
+@dataclass
+class _Op:
+    token: object
+    appends: tuple[StoredMessage, ...]
+    removes: tuple[tuple[int, int], ...]
+    marks: dict[int, int]
+    purges: tuple[int, ...]
+
+
+@dataclass
+class MergedBatch:
+    """Several submits folded into one write_batch call with the same net effect."""
+
+    appends: dict[tuple[int, int], StoredMessage] = field(default_factory=dict)
+    removes: dict[tuple[int, int], None] = field(default_factory=dict)  # ordered set
+    marks: dict[int, int] = field(default_factory=dict)
+    purges: dict[int, None] = field(default_factory=dict)  # ordered set
+
+    def add(
+        self,
+        appends: Iterable[StoredMessage],
+        removes: Iterable[tuple[int, int]],
+        marks: dict[int, int],
+        purges: Iterable[int],
+    ) -> None:
+        # within one submit write_batch's order applies: purges, appends, removes, marks
+        for qid in purges:
+            self.purges[qid] = None
+            self.appends = {k: m for k, m in self.appends.items() if k[0] != qid}
+            self.removes = {k: None for k in self.removes if k[0] != qid}
+        for m in appends:
+            self.appends[(m.queue_id, m.seq)] = m
+        for key in removes:
+            key = (key[0], key[1])
+            if self.appends.pop(key, None) is None:
+                self.removes[key] = None  # not appended in this batch: delete the stored row
+        for qid, mark in marks.items():
+            if mark > self.marks.get(qid, mark - 1):
+                self.marks[qid] = mark
+
+    def write(self, store: Store) -> None:
+        store.write_batch(
+            list(self.appends.values()), list(self.removes), dict(self.marks), list(self.purges)
+        )
+
+
+class GroupCommitWriter:
+    def __init__(self, store: Store, on_done: OnDone, max_batch: int = 2000) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        self._store = store
+        self._on_done = on_done
+        self._max_batch = max_batch
+        self._queue: deque[_Op] = deque()
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def pending(self) -> int:
+        """Submits queued or being written, not yet reported through on_done."""
+        with self._cond:
+            return len(self._queue) + self._in_flight
+
+    def start(self) -> None:
+        with self._cond:
+            if self._thread is not None:
+                raise RuntimeError("writer already started")
+            self._stopping = False
+            self._thread = threading.Thread(
+                target=self._run, name="persistence-writer", daemon=True
+            )
+            self._thread.start()
+
+    def submit(
+        self,
+        token: object,
+        appends: Iterable[StoredMessage] = (),
+        removes: Iterable[tuple[int, int]] = (),
+        delivered_marks: dict[int, int] | None = None,
+        purges: Iterable[int] = (),
+    ) -> None:
+        op = _Op(token, tuple(appends), tuple(removes), dict(delivered_marks or {}), tuple(purges))
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("writer is stopped")
+            self._queue.append(op)  # before start() it waits for the thread
+            if len(self._queue) == 1:
+                self._cond.notify()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Flush everything queued, then stop the thread; later submits raise RuntimeError."""
+        with self._cond:
+            self._stopping = True
+            thread = self._thread
+            self._cond.notify()
+        if thread is None:
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            log.error("persistence writer did not stop within %.1fs (%d pending)", timeout, self.pending)
+            return
+        with self._cond:
+            self._thread = None
+
+    def _take(self) -> list[_Op] | None:
+        with self._cond:
+            while not self._queue and not self._stopping:
+                self._cond.wait()
+            if not self._queue:
+                return None  # stopping and fully drained
+            n = min(len(self._queue), self._max_batch)
+            ops = [self._queue.popleft() for _ in range(n)]
+            self._in_flight = n
+            return ops
+
+    def _run(self) -> None:
+        while True:
+            ops = self._take()
+            if ops is None:
+                return
+            error: BaseException | None = None
+            try:
+                batch = MergedBatch()
+                for op in ops:
+                    batch.add(op.appends, op.removes, op.marks, op.purges)
+                batch.write(self._store)
+            except Exception as exc:  # reported to the caller, writer keeps running
+                error = exc
+                log.error(
+                    "persistence write of %d operations failed: %s", len(ops), exc, exc_info=exc
+                )
+            tokens = [op.token for op in ops]
+            with self._cond:
+                self._in_flight = 0
+            try:
+                self._on_done(tokens, error)
+            except Exception:
+                log.exception("persistence on_done callback raised")
