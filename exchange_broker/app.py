@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from .broker import Broker
 from .server import BrokerServer, install_signal_handlers
@@ -16,8 +17,40 @@ def limits_from(args) -> dict:
             "max_message_size": args.max_message_size}
 
 
-async def run(args) -> int:
+def database_url(args) -> str:
+    if getattr(args, "database_url", None):
+        return args.database_url
+    data_dir = os.path.abspath(os.path.expanduser(args.data_dir))
+    os.makedirs(data_dir, exist_ok=True)
+    return f"sqlite:///{os.path.join(data_dir, 'broker.db')}"
+
+
+def open_store(args):
+    from persistence.sql_store import SqlStore
+    url = database_url(args)
+    store = SqlStore(url, sqlite_synchronous=args.sqlite_synchronous)
+    store.open()  # applies alembic migrations
+    log.info("store: %s", store.engine.url.render_as_string(hide_password=True))
+    return store
+
+
+async def build(args, loop) -> tuple[Broker, object]:
     broker = Broker()
+    durability = None
+    if not getattr(args, "in_memory", False):
+        from .recovery import restore
+        from .sql_durability import SqlDurability
+        store = await loop.run_in_executor(None, open_store, args)
+        durability = SqlDurability(store, loop, window=args.queue_window)
+        restore(broker, durability, args.queue_window)
+        broker.durability = durability
+        durability.start()
+    return broker, durability
+
+
+async def run(args) -> int:
+    loop = asyncio.get_running_loop()
+    broker, durability = await build(args, loop)
     server = BrokerServer(broker, args.host, args.port, limits=limits_from(args))
     await server.start()
     if args.port_file:
@@ -29,4 +62,7 @@ async def run(args) -> int:
     await stop.wait()
     log.info("shutting down")
     await server.stop()
+    if durability is not None:
+        await loop.run_in_executor(None, durability.stop)
+        durability.store.close()
     return 0

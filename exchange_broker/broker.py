@@ -20,7 +20,7 @@ from .message import Message
 from .protocol import codec
 from .protocol.constants import ACCESS_REFUSED, NOT_ALLOWED
 from .protocol.errors import AMQPError
-from .queue import Queue
+from .queue import FLOW_HIGH, Queue
 from .vhost import VHost
 
 if TYPE_CHECKING:
@@ -129,8 +129,8 @@ class Broker:
         """Permission hook on publish (issue 8 fills this in)."""
 
     # -- publish path --------------------------------------------------------------------------
-    def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool
-                ) -> tuple[bool, Waiter | None, bool]:
+    def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
+                publisher: "Session | None" = None) -> tuple[bool, Waiter | None, bool]:
         """Route and enqueue. Returns (routed, durability waiter or None, rejected)."""
         self.stats["publish"] += 1
         headers = msg.headers if has_headers and vhost.headers_exchanges else None
@@ -147,9 +147,11 @@ class Broker:
             m.seq = q.next_seq
             q.next_seq += 1
             m.queue = q
-            if m.persistent and q.durable and durability.enabled:
+            if m.persistent and q.store_id is not None:
                 waiter = durability.append(q, m) or waiter
             q.push(m)
+            if publisher is not None and len(q.ready) > FLOW_HIGH and q.congested():
+                publisher.throttle(q)
         return True, waiter, False
 
     def settle(self, msg: Message) -> None:
@@ -185,7 +187,8 @@ class Broker:
         owner = q.exclusive_owner
         if owner is not None:
             owner.exclusive_queues.discard(q)
-        self.durability.messages_purged(q, [])  # the store drops the queue's rows with the queue
+        if q.flow_blocked:
+            q.release_publishers()
 
     def on_exchange_deleted(self, ex: Exchange) -> None:
         pass

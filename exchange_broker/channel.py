@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 B = commands.Basic
 
+OUTPUT_BUDGET = 512 * 1024  # delivery bytes a connection may queue before its flush
+
 
 class Channel:
     def __init__(self, session: "Session", number: int) -> None:
@@ -61,6 +63,9 @@ class Channel:
             self.number, consumer.tag_sh, tag, msg.redelivered, codec.short_str(msg.exchange),
             codec.short_str(msg.routing_key), msg.properties, msg.body, sess.conn.frame_max))
         self.stats_delivered += 1
+        sess.out_pending += len(msg.body) + 96
+        if sess.out_pending > OUTPUT_BUDGET:
+            sess.writable = False  # resumes after the next flush
         if consumer.no_ack:
             sess.broker.settle(msg)
         else:
@@ -99,7 +104,7 @@ class Channel:
         sess = self.session
         dm, prio, has_headers = codec.quick_properties(properties)
         msg = Message(ex.name, routing_key, properties, body, dm == 2, prio)
-        result = sess.broker.publish(sess.vhost, ex, msg, has_headers)
+        result = sess.broker.publish(sess.vhost, ex, msg, has_headers, sess)
         routed, waiter, rejected = result
         if not routed and mandatory:
             sess.conn.send_parts(codec.return_frames(self.number, NO_ROUTE, "NO_ROUTE", ex.name,

@@ -30,10 +30,53 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--channel-max", type=int, default=int(_env("EXCHANGE_BROKER_CHANNEL_MAX", 2047)))
     s.add_argument("--max-message-size", type=int,
                    default=int(_env("EXCHANGE_BROKER_MAX_MESSAGE_SIZE", 128 * 1024 * 1024)))
+    _store_args(s)
+    s.add_argument("--in-memory", action="store_true",
+                   default=_env("EXCHANGE_BROKER_IN_MEMORY", "") in ("1", "true", "yes"),
+                   help="keep nothing on disk (no SQL store)")
+    s.add_argument("--queue-window", type=int, default=int(_env("EXCHANGE_BROKER_QUEUE_WINDOW", 20000)),
+                   help="messages a durable queue keeps in memory before paging to the store")
     s.add_argument("--log-level", default=_env("EXCHANGE_BROKER_LOG_LEVEL", "INFO"))
     s.add_argument("--port-file", default=None,
                    help="write the bound AMQP port to this file once listening (for tests/scripts)")
+    db = sub.add_parser("db", help="database schema management (alembic migrations)")
+    dbsub = db.add_subparsers(dest="db_command", required=True)
+    for name, helptext in (("upgrade", "apply migrations up to a revision (default head)"),
+                           ("downgrade", "revert migrations down to a revision"),
+                           ("current", "print the schema revision")):
+        c = dbsub.add_parser(name, help=helptext)
+        _store_args(c)
+        if name != "current":
+            c.add_argument("revision", nargs="?", default="head" if name == "upgrade" else None)
+        c.add_argument("--log-level", default=_env("EXCHANGE_BROKER_LOG_LEVEL", "INFO"))
     return p
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", default=_env("EXCHANGE_BROKER_DATA_DIR",
+                                              os.path.join("~", ".local", "share", "exchange-broker")),
+                   help="directory of the embedded SQLite store (env EXCHANGE_BROKER_DATA_DIR)")
+    p.add_argument("--database-url", default=_env("EXCHANGE_BROKER_DATABASE_URL", None),
+                   help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db "
+                        "(env EXCHANGE_BROKER_DATABASE_URL); overrides --data-dir")
+    p.add_argument("--sqlite-synchronous", choices=("FULL", "NORMAL", "OFF"),
+                   default=_env("EXCHANGE_BROKER_SQLITE_SYNCHRONOUS", "FULL"),
+                   help="SQLite PRAGMA synchronous (default FULL: every commit is fsynced)")
+
+
+def db_command(args) -> int:
+    from persistence import migrate
+    from .app import database_url
+    url = database_url(args)
+    if args.db_command == "upgrade":
+        migrate.upgrade(url, args.revision or "head")
+    elif args.db_command == "downgrade":
+        if not args.revision:
+            print("exchange-broker db downgrade: a revision is required (e.g. base)", file=sys.stderr)
+            return 2
+        migrate.downgrade(url, args.revision)
+    print(migrate.current(url) or "base")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
         return serve(args)
+    if args.command == "db":
+        return db_command(args)
     return 2
 
 

@@ -30,13 +30,23 @@ class AMQPProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         peer = transport.get_extra_info("peername") or ("", 0)
         self.session = Session(self.server.broker, self._write, self._close, peer[:2],
-                               limits=self.server.limits)
+                               limits=self.server.limits, set_reading=self._set_reading)
         self.server.protocols.add(self)
 
     def _write(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
             self.last_write = time.monotonic()
+
+    def _set_reading(self, on: bool) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        if on:
+            t.resume_reading()
+            self.last_read = time.monotonic()
+        else:
+            t.pause_reading()
 
     def _close(self) -> None:
         if self.transport is not None:
@@ -56,7 +66,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.transport = None
 
     def pause_writing(self) -> None:
-        self.session.writable = False
+        self.session.pause_writing()
 
     def resume_writing(self) -> None:
         self.session.resume_writing()
@@ -76,7 +86,9 @@ class AMQPProtocol(asyncio.Protocol):
         hb = conn.heartbeat
         if not hb:
             return
-        if now - self.last_read > 2 * hb:
+        if not sess.reading:
+            self.last_read = now  # we are not reading: silence is ours, not the peer's
+        elif now - self.last_read > 2 * hb:
             log.info("missed heartbeats from %s, closing", sess.name)
             sess.connection_lost()
             self._close()

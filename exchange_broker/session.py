@@ -30,8 +30,12 @@ B, Q, E, C = commands.Basic, commands.Queue, commands.Exchange, commands.Channel
 
 class Session:
     def __init__(self, broker: "Broker", write: Callable[[bytes], None], close: Callable[[], None],
-                 peer: tuple = ("", 0), *, limits: dict | None = None, name: str = "") -> None:
+                 peer: tuple = ("", 0), *, limits: dict | None = None, name: str = "",
+                 set_reading: Callable[[bool], None] = lambda on: None) -> None:
         self.broker = broker
+        self._set_reading = set_reading
+        self.throttled_by: set = set()   # queues whose congestion pauses reading from this client
+        self.reading = True
         self._write = write
         self._close_transport = close
         self.peer = peer
@@ -43,7 +47,9 @@ class Session:
         self.vhost: "VHost | None" = None
         self.user: str | None = None
         self.exclusive_queues: set = set()
-        self.writable = True
+        self.writable = True       # deliveries allowed (budget not exhausted, transport not paused)
+        self.paused = False        # the transport asked us to stop writing
+        self.out_pending = 0       # delivery bytes produced since the last flush
         self.dirty = False
         self.closed = False
         self._confirm_flush: list[Channel] = []
@@ -65,6 +71,10 @@ class Session:
         data = self.conn.data_to_send()
         if data and not self.closed:
             self._write(data)
+        self.out_pending = 0
+        if not self.writable and not self.paused and not self.closed:
+            self.writable = True
+            self._redispatch()
 
     def _authenticate(self, mechanism: str, response: bytes) -> str:
         user, password = "", ""
@@ -162,6 +172,9 @@ class Session:
             if vh is not None:
                 vh.remove_queue(q)
         self.exclusive_queues.clear()
+        for q in list(self.throttled_by):
+            q.flow_blocked.discard(self)
+        self.throttled_by.clear()
         self.broker.sessions.discard(self)
 
     def connection_lost(self) -> None:
@@ -173,11 +186,37 @@ class Session:
         self._handle_closing(self.conn.close(code, text))
         self.mark_dirty()
 
+    # -- credit flow ----------------------------------------------------------------------------
+    def throttle(self, q) -> None:
+        if q not in self.throttled_by:
+            self.throttled_by.add(q)
+            q.flow_blocked.add(self)
+            self._update_reading()
+
+    def unthrottle(self, q) -> None:
+        self.throttled_by.discard(q)
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        want = not self.throttled_by and not self.closed
+        if want != self.reading:
+            self.reading = want
+            self._set_reading(want)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.writable = False
+
     def resume_writing(self) -> None:
+        self.paused = False
         self.writable = True
+        self._redispatch()
+
+    def _redispatch(self) -> None:
         queues = {c.queue for ch in self.channels.values() for c in ch.consumers.values()}
         for q in queues:
-            q.dispatch()
+            if q.ready and not q.deleted:
+                q.dispatch()
 
     # -- methods -------------------------------------------------------------------------------
     def _method(self, ch: Channel, m) -> None:
@@ -277,6 +316,7 @@ class Session:
             ch.global_prefetch = m.prefetch_count
         else:
             ch.prefetch = m.prefetch_count
+            ch.global_prefetch = 0  # RabbitMQ: global=false also lifts the channel (global) limit
         self._reply(ch, B.QosOk())
         for c in list(ch.consumers.values()):
             c.queue.dispatch()

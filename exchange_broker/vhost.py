@@ -40,6 +40,32 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def _val(value) -> str:
+    """rabbit_misc:val/1: 'none' for a missing argument, else the value and its AMQP type."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        kind = "bool"
+    elif isinstance(value, int):
+        kind = "signedint" if -2 ** 31 <= value < 2 ** 31 else "long"
+    elif isinstance(value, float):
+        kind = "double"
+    elif isinstance(value, dict):
+        kind = "table"
+    elif isinstance(value, (list, tuple)):
+        kind = "array"
+    else:
+        kind = "longstr"
+    return f"the value '{_fmt(value)}' of type '{kind}'"
+
+
+def _arg_mismatch(got, have) -> str:
+    """'received X but current is Y' as RabbitMQ words it for x-arguments."""
+    if got is None or have is None:
+        return f"received {_val(got)} but current is {_val(have)}"
+    return f"received '{_fmt(got)}' but current is '{_fmt(have)}'"
+
+
 def _norm(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
@@ -90,15 +116,15 @@ class VHost:
                          arguments: dict | None = None) -> Exchange:
         cid, mid = 40, 10
         arguments = arguments or {}
+        if name == "":  # RabbitMQ refuses even a passive declare of the default exchange
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange", cid, mid,
+                            hard=False)
         if passive:
             return self.get_exchange(name, cid, mid)
         check_name("exchange", name, cid, mid)
-        if name == "" :
-            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange", cid, mid,
-                            hard=False)
         existing = self.exchanges.get(name)
         if name.startswith("amq.") and existing is None:
-            raise AMQPError(ACCESS_REFUSED, f"{self.describe('exchange', name)} contains reserved "
+            raise AMQPError(ACCESS_REFUSED, f"exchange name '{name}' contains reserved "
                             f"prefix 'amq.*'", cid, mid, hard=False)
         if type not in EXCHANGE_TYPES and type not in self.broker.extra_exchange_types:
             raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type}'", cid, mid, hard=True)
@@ -115,8 +141,7 @@ class VHost:
             have = _norm(existing.arguments.get("alternate-exchange"))
             if got != have:
                 raise AMQPError(PRECONDITION_FAILED, f"inequivalent arg 'alternate-exchange' for {desc}: "
-                                f"received '{_fmt(got)}' but current is '{_fmt(have)}'", cid, mid,
-                                hard=False)
+                                f"{_arg_mismatch(got, have)}", cid, mid, hard=False)
             return existing
         index = self.broker.make_index(type, arguments)
         ex = Exchange(self.name, name, type, durable, auto_delete, internal, arguments, index=index)
@@ -129,8 +154,8 @@ class VHost:
         cid, mid = 40, 20
         if name == "" or name.startswith("amq."):
             raise AMQPError(ACCESS_REFUSED, f"operation not permitted on the default exchange"
-                            if name == "" else f"{self.describe('exchange', name)} is a built-in "
-                            f"exchange and cannot be deleted", cid, mid, hard=False)
+                            if name == "" else f"deletion of system {self.describe('exchange', name)} "
+                            f"not allowed", cid, mid, hard=False)
         ex = self.exchanges.get(name)
         if ex is None:
             return  # RabbitMQ: deleting a missing exchange succeeds
@@ -192,12 +217,16 @@ class VHost:
         if source == "":
             raise AMQPError(ACCESS_REFUSED, f"operation not permitted on the default exchange",
                             class_id, method_id, hard=False)
-        if dest_type == "queue":
-            self.get_queue(dest, owner, class_id, method_id)
-        else:
-            self.get_exchange(dest, class_id, method_id)
-        ex = self.get_exchange(source, class_id, method_id)
+        ex = self.exchanges.get(source)
+        target = self.queues.get(dest) if dest_type == "queue" else self.exchanges.get(dest)
+        if ex is None or target is None:
+            return  # RabbitMQ: unbinding a binding that does not exist succeeds
         key = ("q" if dest_type == "queue" else "e", dest)
+        if dest_type == "queue" and target.exclusive_owner not in (None, owner):
+            if not any(d == key and rk == routing_key and a == arguments
+                       for d, rk, a in ex.index.bindings()):
+                return
+            self.get_queue(dest, owner, class_id, method_id)  # 405 for an existing binding
         try:
             removed = ex.index.unbind(key, routing_key, arguments)
         except ValueError:
@@ -224,11 +253,14 @@ class VHost:
             raise AMQPError(NOT_FOUND, f"no {self.describe('queue', name)}", class_id, method_id,
                             hard=False)
         if q.exclusive_owner is not None and q.exclusive_owner is not owner:
-            raise AMQPError(RESOURCE_LOCKED, f"cannot obtain exclusive access to locked "
-                            f"{self.describe('queue', name)}. It could be originally declared on "
-                            f"another connection or the exclusive property value does not match "
-                            f"that of the original declaration.", class_id, method_id, hard=False)
+            raise self._locked(name, class_id, method_id)
         return q
+
+    def _locked(self, name: str, class_id: int, method_id: int) -> AMQPError:
+        return AMQPError(RESOURCE_LOCKED, f"cannot obtain exclusive access to locked "
+                         f"{self.describe('queue', name)}. It could be originally declared on "
+                         f"another connection or the exclusive property value does not match "
+                         f"that of the original declaration.", class_id, method_id, hard=False)
 
     def declare_queue(self, name: str, passive: bool = False, durable: bool = False,
                       exclusive: bool = False, auto_delete: bool = False,
@@ -243,11 +275,11 @@ class VHost:
         check_name("queue", name, cid, mid)
         existing = self.queues.get(name)
         if existing is None and name.startswith("amq.") and not server_named:
-            raise AMQPError(ACCESS_REFUSED, f"{self.describe('queue', name)} contains reserved "
+            raise AMQPError(ACCESS_REFUSED, f"queue name '{name}' contains reserved "
                             f"prefix 'amq.*'", cid, mid, hard=False)
         if existing is not None:
-            self.get_queue(name, owner if exclusive or existing.exclusive else existing.exclusive_owner,
-                           cid, mid)
+            if existing.exclusive_owner is not (owner if exclusive else None):
+                raise self._locked(name, cid, mid)  # strict: exclusive flag and owner must match
             desc = self.describe("queue", name)
             for field, got, have in (("durable", durable, existing.durable),
                                      ("exclusive", exclusive, existing.exclusive),
@@ -260,8 +292,7 @@ class VHost:
                 got, have = _norm(arguments.get(arg)), _norm(existing.arguments.get(arg))
                 if got != have and not (arg == "x-queue-type" and {got, have} <= {None, "classic"}):
                     raise AMQPError(PRECONDITION_FAILED, f"inequivalent arg '{arg}' for {desc}: "
-                                    f"received '{_fmt(got)}' but current is '{_fmt(have)}'", cid, mid,
-                                    hard=False)
+                                    f"{_arg_mismatch(got, have)}", cid, mid, hard=False)
             return existing
         q = self.broker.make_queue(self, name, durable, owner if exclusive else None, auto_delete,
                                    arguments)
