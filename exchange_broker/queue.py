@@ -62,8 +62,9 @@ class Queue:
 
     # -- enqueue / requeue -----------------------------------------------------------------------
     def push(self, msg: Message) -> None:
-        msg.seq = self.next_seq
-        self.next_seq += 1
+        if not msg.seq:
+            msg.seq = self.next_seq
+            self.next_seq += 1
         msg.queue = self
         self.stats_published += 1
         if self.held or self.paged or (self.window and len(self.ready) >= self.window):

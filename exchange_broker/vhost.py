@@ -274,7 +274,7 @@ class VHost:
             name = generated("amq.gen-")
         check_name("queue", name, cid, mid)
         existing = self.queues.get(name)
-        if existing is None and name.startswith("amq.") and not server_named:
+        if name.startswith("amq.") and not server_named:  # RabbitMQ: even when it exists
             raise AMQPError(ACCESS_REFUSED, f"queue name '{name}' contains reserved "
                             f"prefix 'amq.*'", cid, mid, hard=False)
         if existing is not None:

@@ -27,7 +27,11 @@ def _configure(connection: Connection) -> None:
 
 
 def _url() -> str:
-    url = config.attributes.get("url") or config.get_main_option("sqlalchemy.url")
+    url = (
+        config.attributes.get("url")
+        or context.get_x_argument(as_dictionary=True).get("url")
+        or config.get_main_option("sqlalchemy.url")
+    )
     if not url:
         raise RuntimeError("no database URL given to the migrations environment")
     return url

@@ -71,7 +71,7 @@ def _copy_rows(conn: Connection, rows: list[tuple]) -> None:
     except conn.dialect.loaded_dbapi.Error as exc:
         raise DBAPIError.instance(
             _COPY_MESSAGES, None, exc, conn.dialect.loaded_dbapi.Error,
-            connection_invalidated=conn.invalidated, dialect=conn.dialect,
+            dialect=conn.dialect,
         ) from exc
 
 
@@ -81,14 +81,10 @@ def _args_sha1(arguments: bytes) -> str:
 
 def _make_engine(url: str, sqlite_synchronous: str) -> Engine:
     parsed = make_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "postgresql":
+    if parsed.get_backend_name() == "postgresql":
+        # pre-ping: after a server restart the pool reconnects instead of failing once more
         return create_engine(parsed, pool_pre_ping=True)
-    if backend != "sqlite":
-        raise ValueError(f"unsupported database backend {backend!r} (use sqlite or postgresql)")
-    sync = sqlite_synchronous.upper()
-    if sync not in SQLITE_SYNC_MODES:
-        raise ValueError(f"sqlite_synchronous must be one of {sorted(SQLITE_SYNC_MODES)}")
+    sync = sqlite_synchronous
     engine = create_engine(parsed, connect_args={"timeout": 30.0, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
@@ -117,11 +113,13 @@ class SqlStore:
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL") -> None:
         self.url = url
-        self._sqlite_synchronous = sqlite_synchronous
         self._engine: Engine | None = None
         self._dialect = make_url(url).get_backend_name()
         if self._dialect not in ("sqlite", "postgresql"):
-            raise ValueError(f"unsupported database backend {self._dialect!r}")
+            raise ValueError(f"unsupported database backend {self._dialect!r} (sqlite or postgresql)")
+        self._sqlite_synchronous = sqlite_synchronous.upper()
+        if self._sqlite_synchronous not in SQLITE_SYNC_MODES:
+            raise ValueError(f"sqlite_synchronous must be one of {sorted(SQLITE_SYNC_MODES)}")
 
     # ---------------------------------------------------------------- plumbing
     @property
@@ -310,26 +308,46 @@ class SqlStore:
         exclusive: bool,
         auto_delete: bool,
         arguments: bytes,
+        queue_id: int | None = None,
     ) -> int:
-        stmt = self._insert(queues).values(
-            vhost=vhost,
-            name=name,
-            durable=bool(durable),
-            exclusive=bool(exclusive),
-            auto_delete=bool(auto_delete),
-            arguments=bytes(arguments),
-        )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["vhost", "name"],
-            set_={
-                "durable": stmt.excluded.durable,
-                "exclusive": stmt.excluded.exclusive,
-                "auto_delete": stmt.excluded.auto_delete,
-                "arguments": stmt.excluded.arguments,
-            },
-        ).returning(queues.c.id)
+        values: dict[str, Any] = {
+            "vhost": vhost,
+            "name": name,
+            "durable": bool(durable),
+            "exclusive": bool(exclusive),
+            "auto_delete": bool(auto_delete),
+            "arguments": bytes(arguments),
+        }
         with self._write() as conn:
-            return int(conn.execute(stmt).scalar_one())
+            if queue_id is None:
+                stmt = self._insert(queues).values(**values)
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=["vhost", "name"],
+                    set_={k: stmt.excluded[k] for k in values if k not in ("vhost", "name")},
+                ).returning(queues.c.id)
+                return int(conn.execute(stmt).scalar_one())
+            self._put_queue_with_id(conn, int(queue_id), values)
+            return int(queue_id)
+
+    def _put_queue_with_id(self, conn: Connection, queue_id: int, values: dict[str, Any]) -> None:
+        q = queues.c
+        old = conn.scalar(select(q.id).where(q.vhost == values["vhost"], q.name == values["name"]))
+        if old == queue_id:
+            conn.execute(update(queues).where(q.id == queue_id).values(**values))
+            return
+        if old is not None:  # the caller sees a new queue: drop the stale row and its messages
+            conn.execute(delete(messages).where(messages.c.queue_id == old))
+            conn.execute(delete(queues).where(q.id == old))
+        conn.execute(insert(queues).values(id=queue_id, **values))
+        if self._dialect == "postgresql":  # keep the serial ahead of caller-assigned ids
+            conn.execute(
+                select(
+                    func.setval(
+                        func.pg_get_serial_sequence("queues", "id"),
+                        select(func.max(q.id)).scalar_subquery(),
+                    )
+                )
+            )
 
     def delete_queue(self, vhost: str, name: str) -> None:
         b = bindings.c

@@ -65,7 +65,11 @@ class Store(Protocol):
         exclusive: bool,
         auto_delete: bool,
         arguments: bytes,
-    ) -> int: ...
+        queue_id: int | None = None,
+    ) -> int:
+        """Upsert; returns the queue id (stable for an existing queue). With ``queue_id`` the
+        caller assigns the id: a stored queue of that name under another id is replaced."""
+        ...
     def delete_queue(self, vhost: str, name: str) -> None: ...
     def put_binding(
         self,

@@ -12,7 +12,7 @@ from .store import Store, StoredMessage
 
 log = logging.getLogger("exchange_broker.persistence")
 
-OnDone = Callable[[list[object], "BaseException | None"], None]
+OnDone = Callable[[list[object], BaseException | None], None]
 
 
 @dataclass
@@ -22,6 +22,14 @@ class _Op:
     removes: tuple[tuple[int, int], ...]
     marks: dict[int, int]
     purges: tuple[int, ...]
+
+
+@dataclass
+class _Call:
+    """An ordered barrier: ``fn(store)`` runs alone, after everything submitted before it."""
+
+    token: object
+    fn: Callable[[Store], object]
 
 
 @dataclass
@@ -68,7 +76,7 @@ class GroupCommitWriter:
         self._store = store
         self._on_done = on_done
         self._max_batch = max_batch
-        self._queue: deque[_Op] = deque()
+        self._queue: deque[_Op | _Call] = deque()
         self._cond = threading.Condition()
         self._in_flight = 0
         self._stopping = False
@@ -98,11 +106,21 @@ class GroupCommitWriter:
         delivered_marks: dict[int, int] | None = None,
         purges: Iterable[int] = (),
     ) -> None:
-        op = _Op(token, tuple(appends), tuple(removes), dict(delivered_marks or {}), tuple(purges))
+        self._enqueue(
+            _Op(token, tuple(appends), tuple(removes), dict(delivered_marks or {}), tuple(purges))
+        )
+
+    def submit_call(self, token: object, fn: Callable[[Store], object]) -> None:
+        """Run ``fn(store)`` on the writer thread as an ordered barrier (e.g. a definition write):
+        submits queued before it are committed first, those after it are written after it.
+        Reported like a batch: ``on_done([token], error)``."""
+        self._enqueue(_Call(token, fn))
+
+    def _enqueue(self, item: _Op | _Call) -> None:
         with self._cond:
             if self._stopping:
                 raise RuntimeError("writer is stopped")
-            self._queue.append(op)  # before start() it waits for the thread
+            self._queue.append(item)  # before start() it waits for the thread
             if len(self._queue) == 1:
                 self._cond.notify()
 
@@ -121,16 +139,33 @@ class GroupCommitWriter:
         with self._cond:
             self._thread = None
 
-    def _take(self) -> list[_Op] | None:
+    def _take(self) -> list[_Op | _Call] | None:
         with self._cond:
             while not self._queue and not self._stopping:
                 self._cond.wait()
             if not self._queue:
                 return None  # stopping and fully drained
-            n = min(len(self._queue), self._max_batch)
-            ops = [self._queue.popleft() for _ in range(n)]
-            self._in_flight = n
-            return ops
+            if isinstance(self._queue[0], _Call):
+                items: list[_Op | _Call] = [self._queue.popleft()]
+            else:  # a run of message ops, up to the next barrier call
+                items = []
+                while self._queue and len(items) < self._max_batch:
+                    if isinstance(self._queue[0], _Call):
+                        break
+                    items.append(self._queue.popleft())
+            self._in_flight = len(items)
+            return items
+
+    def _execute(self, items: list[_Op | _Call]) -> None:
+        first = items[0]
+        if isinstance(first, _Call):
+            first.fn(self._store)
+            return
+        batch = MergedBatch()
+        for op in items:
+            assert isinstance(op, _Op)
+            batch.add(op.appends, op.removes, op.marks, op.purges)
+        batch.write(self._store)
 
     def _run(self) -> None:
         while True:
@@ -139,15 +174,11 @@ class GroupCommitWriter:
                 return
             error: BaseException | None = None
             try:
-                batch = MergedBatch()
-                for op in ops:
-                    batch.add(op.appends, op.removes, op.marks, op.purges)
-                batch.write(self._store)
+                self._execute(ops)
             except Exception as exc:  # reported to the caller, writer keeps running
                 error = exc
-                log.error(
-                    "persistence write of %d operations failed: %s", len(ops), exc, exc_info=exc
-                )
+                what = "call" if isinstance(ops[0], _Call) else f"write of {len(ops)} operations"
+                log.error("persistence %s failed: %s", what, exc, exc_info=exc)
             tokens = [op.token for op in ops]
             with self._cond:
                 self._in_flight = 0

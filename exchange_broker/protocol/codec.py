@@ -121,18 +121,18 @@ def decode_publish(payload: bytes) -> tuple[str, str, bool, bool]:
             raise IndexError
         return (exchange.decode("utf-8"), routing_key.decode("utf-8"), bool(bits & 1), bool(bits & 2))
     except (IndexError, UnicodeDecodeError):
-        raise AMQPError(SYNTAX_ERROR, "malformed basic.publish frame", 60, 40, hard=True) from None
+        raise AMQPError(FRAME_ERROR, "cannot decode basic.publish arguments", 60, 40, hard=True) from None
 
 
 def decode_tag_bits(payload: bytes) -> tuple[int, int]:
     """basic.ack / basic.nack / basic.reject: delivery tag and the bit octet."""
     if len(payload) != 13:
-        raise AMQPError(SYNTAX_ERROR, "malformed acknowledgement frame", hard=True)
+        raise AMQPError(FRAME_ERROR, "cannot decode acknowledgement arguments", hard=True)
     return _QB.unpack_from(payload, 4)
 
 
 def decode_method(payload: bytes) -> commands.Frame:
-    """Decode any method frame through pamqp; bad input becomes a 502/540 error."""
+    """Decode any method frame through pamqp; bad input becomes a 501/540 error (as RabbitMQ)."""
     mid = method_id(payload)
     cls = commands.INDEX_MAPPING.get(mid)
     if cls is None:
@@ -142,7 +142,7 @@ def decode_method(payload: bytes) -> commands.Frame:
     try:
         method.unmarshal(payload[4:])
     except Exception as exc:  # pamqp raises struct.error, ValueError, IndexError, UnicodeError ...
-        raise AMQPError(SYNTAX_ERROR, f"malformed {cls.name} frame: {exc}",
+        raise AMQPError(FRAME_ERROR, f"cannot decode {cls.name} arguments: {exc}",
                         mid >> 16, mid & 0xFFFF, hard=True) from None
     return method
 

@@ -15,7 +15,7 @@ from pamqp import commands
 from . import codec
 from . import events as ev
 from .constants import (BASIC_ACK, BASIC_NACK, BASIC_PUBLISH, BASIC_REJECT, CHANNEL_ERROR,
-                        CHANNEL_MAX_DEFAULT, COMMAND_INVALID, FRAME_BODY, FRAME_END,
+                        CHANNEL_MAX_DEFAULT, FRAME_BODY, FRAME_END,
                         FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_MAX_DEFAULT,
                         FRAME_METHOD, FRAME_MIN_SIZE, HEARTBEAT_DEFAULT, MAX_MESSAGE_SIZE_DEFAULT,
                         NOT_ALLOWED, PRECONDITION_FAILED, PROTOCOL_HEADER, UNEXPECTED_FRAME,
@@ -200,7 +200,7 @@ class ServerConnection:
             if self.state != "opened":
                 if self.state == "closing":
                     return
-                raise AMQPError(COMMAND_INVALID, "channel frame before connection.open", hard=True)
+                raise AMQPError(UNEXPECTED_FRAME, "channel frame before connection.open", hard=True)
             content = self.channels.get(channel, False)
             mid = codec.method_id(payload)
             if content is False:
@@ -257,8 +257,8 @@ class ServerConnection:
                 raise AMQPError(FRAME_ERROR, "content header frame too short", 60, 40, hard=True)
             class_id, _weight, size = _CONTENT_HDR.unpack_from(payload, 0)
             if class_id != 60:
-                raise AMQPError(FRAME_ERROR, f"content header for class {class_id}, expected 60",
-                                60, 40, hard=True)
+                raise AMQPError(UNEXPECTED_FRAME, f"expected content header for class 60, got one for "
+                                f"class {class_id} instead", 60, 40, hard=True)
             content.properties = payload[12:]
             codec.quick_properties(content.properties)  # validate before accepting the body
             content.size = size
@@ -294,7 +294,7 @@ class ServerConnection:
                 content.parts.append(payload)
         elif ftype == FRAME_HEARTBEAT:
             if channel != 0:
-                raise AMQPError(FRAME_ERROR, f"heartbeat frame on channel {channel}", hard=True)
+                raise AMQPError(UNEXPECTED_FRAME, f"heartbeat frame on channel {channel}", hard=True)
         else:
             raise AMQPError(FRAME_ERROR, f"unknown frame type {ftype}", hard=True)
 
@@ -307,8 +307,8 @@ class ServerConnection:
         if content is False:
             if channel in self.closing_channels:
                 raise _Ignore()
-            raise AMQPError(CHANNEL_ERROR, f"{what} frame on channel {channel}, which is not open",
-                            hard=True)
+            raise AMQPError(UNEXPECTED_FRAME, f"expected method frame, got non method frame ({what}) "
+                            f"on channel {channel}, which is not open", hard=True)
         if content is None:
             raise AMQPError(UNEXPECTED_FRAME, f"expected method frame, got non method frame "
                             f"({what}) instead on channel {channel}", hard=True)
@@ -333,7 +333,7 @@ class ServerConnection:
                 self.state = "closed"
                 out.append(ev.Closed())
                 return
-            raise AMQPError(COMMAND_INVALID, "unexpected connection.close-ok", 10, 51, hard=True)
+            raise AMQPError(CHANNEL_ERROR, "unexpected connection.close-ok", 10, 51, hard=True)
         if state == "closing":
             return
         if state == "start" and isinstance(method, commands.Connection.StartOk):
@@ -352,7 +352,7 @@ class ServerConnection:
                                                        commands.Connection.Unblocked)):
             pass
         else:
-            raise AMQPError(COMMAND_INVALID, f"unexpected method {method.name} in connection state "
+            raise AMQPError(CHANNEL_ERROR, f"unexpected method {method.name} in connection state "
                             f"'{state}'", method.index >> 16, method.index & 0xFFFF, hard=True)
 
     def _start_ok(self, method) -> None:

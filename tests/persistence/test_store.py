@@ -112,6 +112,22 @@ def test_queue_ids_are_not_reused(store: SqlStore):
     assert q2 != q1
 
 
+def test_put_queue_with_caller_assigned_id(store: SqlStore):
+    assert store.put_queue("/", "a", True, False, False, b"", queue_id=10) == 10
+    store.write_batch([msg(10, 1)], [], {10: 1})
+    assert store.put_queue("/", "a", False, False, True, b"x", queue_id=10) == 10  # redeclare
+    assert seqs(store, 10) == [1]
+    (q,) = store.load_definitions().queues
+    assert (q["id"], q["durable"], q["auto_delete"], q["arguments"], q["delivered_mark"]) == (10, False, True, b"x", 1)
+    # same name under a new id: the stale row and its messages are replaced
+    assert store.put_queue("/", "a", True, False, False, b"", queue_id=11) == 11
+    assert [q["id"] for q in store.load_definitions().queues] == [11]
+    assert seqs(store, 10) == [] and seqs(store, 11) == []
+    with pytest.raises(IntegrityError):  # id taken by another queue
+        store.put_queue("/", "b", True, False, False, b"", queue_id=11)
+    assert new_queue(store, "auto") > 11  # auto ids stay ahead of assigned ones
+
+
 def test_bindings_idempotent_and_keyed_by_arguments(store: SqlStore):
     store.put_binding("/", "ex", "q", "queue", "rk", b"")
     store.put_binding("/", "ex", "q", "queue", "rk", b"")
@@ -353,7 +369,9 @@ def test_sqlite_pragmas(sqlite_url):
     finally:
         s.close()
     with pytest.raises(ValueError):
-        SqlStore(sqlite_url, sqlite_synchronous="SOMETIMES").open()
+        SqlStore(sqlite_url, sqlite_synchronous="SOMETIMES")
+    with pytest.raises(ValueError):
+        SqlStore("mysql://u@h/db")
 
 
 # ------------------------------------------------------------------ failure paths
@@ -600,6 +618,45 @@ def test_writer_stop_flushes_pending(sqlite_url):
     s2 = SqlStore(sqlite_url)
     s2.open()
     try:
-        assert store.__class__ is SqlStore and len(seqs(s2, qid)) == 500
+        assert len(seqs(s2, qid)) == 500
     finally:
         s2.close()
+
+
+def test_writer_submit_call_is_an_ordered_barrier(counting_store: CountingStore):
+    store = counting_store
+    done = Collector()
+    writer = GroupCommitWriter(store, done)
+    seen: list[object] = []
+
+    def declare(s: SqlStore) -> None:
+        seen.append(("declare", s.put_queue("/", "q", True, False, False, b"", queue_id=5)))
+
+    def check(s: SqlStore) -> None:
+        seen.append(("rows", seqs(s, 5)))
+
+    def boom(s: SqlStore) -> None:
+        raise KeyError("definition write failed")
+
+    writer.submit_call("declare", declare)  # the queue row exists before its first message row
+    writer.submit("m1", appends=[msg(5, 1)])
+    writer.submit("m2", appends=[msg(5, 2)])
+    writer.submit_call("check", check)  # runs after m1+m2 are committed
+    writer.submit_call("boom", boom)
+    writer.submit("m3", appends=[msg(5, 3)], removes=[(5, 1)])
+    writer.submit_call(None, lambda s: s.delete_queue("/", "q"))
+    assert writer.pending == 7
+    store.batches.clear()
+    writer.start()
+    writer.stop()
+    assert [(tokens, type(err).__name__) for tokens, err in done.results] == [
+        (["declare"], "NoneType"),
+        (["m1", "m2"], "NoneType"),
+        (["check"], "NoneType"),
+        (["boom"], "KeyError"),
+        (["m3"], "NoneType"),
+        ([None], "NoneType"),
+    ]
+    assert seen == [("declare", 5), ("rows", [1, 2])]
+    assert len(store.batches) == 2
+    assert store.load_definitions().queues == [] and seqs(store, 5) == []
