@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import struct
 import sys
@@ -157,6 +156,7 @@ class Connection(asyncio.Protocol):
         self.acks_sent = 0
         self._ack_flush: asyncio.TimerHandle | None = None
         self.consumer_cancelled = False
+        self.delivery_event: asyncio.Event | None = None  # set by --max-backlog
         # verify state (consumer)
         self.verify = False
         self.v_expected_size = 0
@@ -201,6 +201,8 @@ class Connection(asyncio.Protocol):
         # wake anybody blocked on flow control so they notice the error
         self.writable.set()
         self.confirm_event.set()
+        if self.delivery_event is not None:
+            self.delivery_event.set()
 
     # ------------------------------------------------------------- hot path
     def data_received(self, data):
@@ -265,6 +267,8 @@ class Connection(asyncio.Protocol):
             del buf[:pos]
         if ack_frames is not None:
             self.transport.write(b"".join(ack_frames))
+        if self.delivery_event is not None:
+            self.delivery_event.set()
         if self._unacked and self._ack_flush is None and self.transport is not None:
             # don't leave a partial ack batch hanging if traffic goes quiet
             self._ack_flush = self.loop.call_later(0.02, self._flush_acks)
@@ -387,6 +391,8 @@ class Connection(asyncio.Protocol):
         self._fail_waiters(exc)
         self.writable.set()
         self.confirm_event.set()
+        if self.delivery_event is not None:
+            self.delivery_event.set()
         if close and self.transport is not None:
             self.transport.close()
 
@@ -490,11 +496,16 @@ class Connection(asyncio.Protocol):
 class Publisher:
     def __init__(self, conn: Connection, message: bytes, batch: int,
                  window: int = 0, limit: int = 0, seq_offset: int = -1,
-                 rate: float = 0.0):
+                 rate: float = 0.0, consumer: Connection | None = None,
+                 max_backlog: int = 0):
         if rate:
             # keep writes ~10 ms apart at the target rate
             batch = max(1, min(batch, int(rate / 100)))
         self.rate = rate
+        self.consumer = consumer
+        self.max_backlog = max_backlog
+        if max_backlog and consumer is not None:
+            consumer.delivery_event = asyncio.Event()
         self.conn = conn
         self.message = message
         self.batch = batch
@@ -530,7 +541,15 @@ class Publisher:
         rate = self.rate
         loop = asyncio.get_running_loop()
         t_start = loop.time()
+        max_backlog = self.max_backlog
+        consumer = self.consumer
         while not self.stopped and conn.error is None:
+            if max_backlog:
+                room = max_backlog - (self.published - consumer.deliveries)
+                if room <= 0:
+                    consumer.delivery_event.clear()
+                    await consumer.delivery_event.wait()
+                    continue
             if rate:
                 ahead = t_start + self.published / rate - loop.time()
                 if ahead > 0:
@@ -551,6 +570,8 @@ class Publisher:
                     await confirm_event.wait()
                     continue
                 k = min(k, room)
+            if max_backlog:
+                k = min(k, max_backlog - (self.published - consumer.deliveries))
             transport.write(self._chunk(k))
             self.published += k
             # let the consumer's reads (same loop) run between batches
@@ -635,15 +656,19 @@ async def run(opts) -> dict:
             cons.verify = True
             cons.v_expected_size = opts.size
         result["frame_max"] = frame_max
-        result["batch"] = opts.batch
+        # keep one write <= 256 KiB so big messages don't defeat back-pressure
+        batch = max(1, min(opts.batch, (256 * 1024) // len(message)))
+        result["batch"] = batch
         result["rate_limit"] = opts.rate or None
+        result["max_backlog"] = opts.max_backlog or None
         if sc["confirms"]:
             result["max_unconfirmed"] = opts.max_unconfirmed
 
-        pub = Publisher(prod, message, opts.batch,
+        pub = Publisher(prod, message, batch,
                         window=opts.max_unconfirmed if sc["confirms"] else 0,
                         limit=opts.count if opts.verify else 0,
-                        seq_offset=seq_offset, rate=opts.rate)
+                        seq_offset=seq_offset, rate=opts.rate, consumer=cons,
+                        max_backlog=opts.max_backlog)
 
         if opts.verify:
             await _run_verify(opts, sc, prod, cons, pub, result)
@@ -812,10 +837,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds excluded from the measurement (default 1)")
     p.add_argument("--size", type=int, default=100, help="message body bytes (default 100)")
     p.add_argument("--batch", type=int, default=256,
-                   help="messages per transport.write (default 256)")
+                   help="messages per transport.write (default 256, capped so one write "
+                        "stays <= 256 KiB)")
     p.add_argument("--rate", type=float, default=0.0,
                    help="cap the publish rate in msgs/s (default 0 = as fast as "
                         "TCP back-pressure allows)")
+    p.add_argument("--max-backlog", type=int, default=0,
+                   help="pause publishing while published - consumed >= N, keeping "
+                        "the queue short (default 0 = unlimited)")
     p.add_argument("--max-unconfirmed", type=int, default=500,
                    help="confirms: max publishes awaiting confirm (default 500)")
     p.add_argument("--prefetch", type=int, default=200,

@@ -4,6 +4,8 @@
 1. starts ``exchange-broker serve --host 127.0.0.1 --port P --admin-port 0``
    (plus any --broker-arg / arguments after ``--``) on a free port, in its
    own process group, with its output going to a log file;
+   By default it gets ``--data-dir <tmpdir>/data`` and runs in <tmpdir>,
+   a temporary directory removed at the end;
 2. waits until the port accepts connections, runs the chosen scenario(s)
    with amqp_load.py (as a separate process), then stops the broker;
 3. runs the same scenario(s) against RabbitMQ at 127.0.0.1:5672 when it is
@@ -16,7 +18,7 @@ Examples::
 
     python benchmarks/compare.py --scenario transient
     python benchmarks/compare.py --scenario all --seconds 10
-    python benchmarks/compare.py --scenario confirms --temp-data-dir
+    python benchmarks/compare.py --scenario confirms -- --sqlite-synchronous NORMAL
     python benchmarks/compare.py --scenario confirms \\
         --broker-arg=--database-url --broker-arg=sqlite:///{tmpdir}/broker.db
     python benchmarks/compare.py -- --log-level warning   # extra broker args
@@ -47,6 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 LOAD = os.path.join(HERE, "amqp_load.py")
 SCENARIOS = ("transient", "confirms")
+STORE_FLAGS = ("--data-dir", "--database-url", "--in-memory")
 
 
 class BrokerFailed(RuntimeError):
@@ -255,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
                    help="extra broker argument, repeatable; use the = form for "
                         "dashed values: --broker-arg=--data-dir --broker-arg={tmpdir}/data")
-    p.add_argument("--temp-data-dir", action="store_true",
-                   help="shorthand for --broker-arg=--data-dir --broker-arg={tmpdir}/data")
+    p.add_argument("--no-temp-data-dir", action="store_true",
+                   help="don't add --data-dir {tmpdir}/data (added by default unless "
+                        "--data-dir, --database-url or --in-memory is given)")
     p.add_argument("--no-admin-port", action="store_true",
                    help="do not pass --admin-port 0 (it is also dropped automatically "
                         "if the broker CLI rejects it)")
@@ -316,7 +320,9 @@ def main(argv=None) -> int:
             template = any("{port}" in part for part in base)
             base = [part.format(**subst) for part in base]
             extra = list(args.broker_arg) + passthrough
-            if args.temp_data_dir:
+            store_given = any(a.split("=", 1)[0] in STORE_FLAGS for a in extra)
+            if not args.no_temp_data_dir and not store_given and not template:
+                # never touch the user's default store (~/.local/share/...)
                 os.makedirs(os.path.join(tmpdir, "data"), exist_ok=True)
                 extra += ["--data-dir", "{tmpdir}/data"]
             extra = [a.format(**subst) for a in extra]
@@ -329,13 +335,14 @@ def main(argv=None) -> int:
                         cmd += ["--admin-port", "0"]
                 cmd += extra
                 print(f"starting broker: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-                broker = Broker(cmd, host, port, log_path, REPO)
+                broker = Broker(cmd, host, port, log_path, tmpdir)
                 try:
                     broker.start(args.startup_timeout)
                     break
                 except BrokerFailed:
                     log = tail(log_path)
                     broker.stop()
+                    broker = None
                     if attempt == 1 and use_admin and "admin-port" in log:
                         print("broker rejected --admin-port; retrying without it",
                               file=sys.stderr)
