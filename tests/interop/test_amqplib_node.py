@@ -1,0 +1,79 @@
+"""amqplib, the Node.js client, against the broker: tests/interop/node/amqplib_roundtrip.js.
+
+Needs node and npm; node_modules is installed with `npm ci` (from package-lock.json) on first run.
+Skipped, with the reason, when node/npm are missing or the npm registry cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+NODE_DIR = Path(__file__).parent / "node"
+SCRIPT = NODE_DIR / "amqplib_roundtrip.js"
+
+
+def _ensure_amqplib() -> str:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for the amqplib interop test (not on PATH)")
+    if not (NODE_DIR / "node_modules" / "amqplib" / "package.json").exists():
+        lock = (NODE_DIR / "package-lock.json").exists()
+        cmd = [npm, "ci" if lock else "install", "--silent", "--no-audit", "--no-fund"]
+        try:
+            proc = subprocess.run(cmd, cwd=NODE_DIR, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"`npm {' '.join(cmd[1:])}` timed out (npm registry unreachable?)")
+        if proc.returncode != 0:
+            pytest.skip(f"`npm {' '.join(cmd[1:])}` failed with exit code {proc.returncode} "
+                        f"(npm registry unreachable?): "
+                        f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+    return node
+
+
+def test_amqplib_roundtrip(broker):
+    node = _ensure_amqplib()
+    proc = subprocess.run([node, str(SCRIPT), f"amqp://guest:guest@127.0.0.1:{broker.port}/"],
+                          cwd=NODE_DIR, capture_output=True, text=True, timeout=60)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no output (rc={proc.returncode}): {proc.stderr}"
+    out = json.loads(lines[-1])
+    assert "error" not in out, out["error"]
+    assert proc.returncode == 0, proc.stderr
+
+    assert out["server_product"] == "exchange-broker"
+    assert "connection_error" not in out
+    # assertQueue, then five persistent messages through a confirm channel
+    assert out["assert_queue"] == {"queue": "node_tasks", "messageCount": 0, "consumerCount": 0}
+    assert out["confirms"] == [f"ack {i}" for i in range(5)]
+    assert out["check_queue"] == 5
+    # consumed in order, acked, with every property and the nested headers table intact
+    assert out["consumed"] == [
+        {"body": f"task {i}", "redelivered": False, "deliveryTag": i + 1, "deliveryMode": 2,
+         "contentType": "text/plain", "correlationId": f"c{i}",
+         "headers": {"index": i, "tag": "node", "nested": {"ok": True}}}
+        for i in range(5)
+    ]
+    assert out["consumer_tag_prefix"] == "amq.ctag-"
+    assert out["after_consume"] == 0
+    # topic exchange, server-named queue, exchange-to-exchange binding, mandatory returns
+    assert out["server_named"] is True
+    assert out["routed"] == [["node_topic", "orders.created", "order 1"],
+                             ["node_topic", "audit.login.ok", "via e2e"],
+                             ["node_topic", "orders.paid", "order 1 paid"]]
+    assert out["returned"] == [
+        {"body": "too deep", "replyCode": 312, "replyText": "NO_ROUTE",
+         "routingKey": "orders.created.eu"},
+        {"body": "after unbind", "replyCode": 312, "replyText": "NO_ROUTE",
+         "routingKey": "orders.created"},
+    ]
+    assert out["returned_after_unbind"] == 2
+    # basic.get, nack(requeue) and redelivery, get-empty
+    assert out["get_first"] == {"body": "shipped", "redelivered": False, "messageCount": 0}
+    assert out["get_again"] == {"body": "shipped", "redelivered": True}
+    assert out["get_empty"] is False
+    assert out["delete_queue"] == 0
