@@ -48,10 +48,22 @@ async def build(args, loop) -> tuple[Broker, object]:
     return broker, durability
 
 
+def configure(broker: Broker, server: BrokerServer, args) -> None:
+    """Resource alarms and timeouts from the command line."""
+    from .resources import ResourceMonitor, parse_size, total_memory
+    broker.consumer_timeout_ms = args.consumer_timeout
+    memory = parse_size(args.memory_high_watermark, relative_to=total_memory())
+    disk = parse_size(args.disk_free_limit)
+    data_dir = None if getattr(args, "in_memory", False) or getattr(args, "database_url", None) \
+        else os.path.abspath(os.path.expanduser(args.data_dir))
+    server.monitor = ResourceMonitor(broker, memory, data_dir, disk)
+
+
 async def run(args) -> int:
     loop = asyncio.get_running_loop()
     broker, durability = await build(args, loop)
     server = BrokerServer(broker, args.host, args.port, limits=limits_from(args))
+    configure(broker, server, args)
     await server.start()
     if args.port_file:
         with open(args.port_file, "w") as fh:

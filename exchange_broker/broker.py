@@ -18,9 +18,12 @@ from .durability import NullDurability, Waiter
 from .exchange import Exchange
 from .message import Message
 from .protocol import codec
-from .protocol.constants import ACCESS_REFUSED, NOT_ALLOWED
+from .deadletter import dead_lettered_copy, is_cycle
+from .protocol.constants import ACCESS_REFUSED, NOT_ALLOWED, PRECONDITION_FAILED
 from .protocol.errors import AMQPError
 from .queue import FLOW_HIGH, Queue
+from .queue_args import parse_queue_arguments
+from .reply_to import ReplyTo
 from .vhost import VHost
 
 if TYPE_CHECKING:
@@ -50,6 +53,11 @@ class Broker:
         self.sessions: set["Session"] = set()
         self.durability = durability or NullDurability()
         self.extra_exchange_types: dict[str, Callable] = {}
+        self.delayed = None  # delayed-message exchange manager (exchange type x-delayed-message)
+        self._call_later: Callable | None = None
+        self.consumer_timeout_ms = 30 * 60 * 1000  # RabbitMQ's default delivery acknowledgement timeout
+        self.alarms: dict[str, str] = {}
+        self.reply_to = ReplyTo()  # resource alarms in force: name -> detail
         self.loopback_users = set(loopback_users)
         self._dirty: list["Session"] = []
         self._flush_scheduled = False
@@ -101,8 +109,11 @@ class Broker:
 
     def make_queue(self, vhost: VHost, name: str, durable: bool, owner, auto_delete: bool,
                    arguments: dict) -> Queue:
-        q = Queue(vhost.name, name, durable, owner, auto_delete, arguments)
+        options = parse_queue_arguments(arguments, vhost.describe("queue", name))
+        q = Queue(vhost.name, name, durable, owner, auto_delete, arguments, options)
+        q.broker = self
         q.on_empty_consumers = self._queue_lost_consumers
+        q.touch()
         if owner is not None:
             owner.exclusive_queues.add(q)
         return q
@@ -130,20 +141,36 @@ class Broker:
 
     # -- publish path --------------------------------------------------------------------------
     def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
-                publisher: "Session | None" = None) -> tuple[bool, Waiter | None, bool]:
+                publisher: "Session | None" = None, per_message_ttl: int | None = None
+                ) -> tuple[bool, Waiter | None, bool]:
         """Route and enqueue. Returns (routed, durability waiter or None, rejected)."""
         self.stats["publish"] += 1
-        headers = msg.headers if has_headers and vhost.headers_exchanges else None
+        if ex.type == "x-delayed-message" and self.delayed is not None:
+            return self.delayed.publish(vhost, ex, msg)
+        raw = msg.properties
+        cc = has_headers and (b"\x02CC" in raw or b"\x03BCC" in raw)
+        headers = msg.headers if has_headers and (vhost.headers_exchanges or cc) else None
         queues = vhost.route(ex, msg.routing_key, headers)
+        if cc:
+            queues = self._route_cc(vhost, ex, msg, headers, queues)
         if not queues:
             self.stats["return_unroutable"] += 1
             return False, None, False
+        return self.enqueue(queues, msg, publisher, per_message_ttl)
+
+    def enqueue(self, queues: list[Queue], msg: Message, publisher: "Session | None" = None,
+                per_message_ttl: int | None = None) -> tuple[bool, Waiter | None, bool]:
+        """Put a routed message on each queue (a cheap copy per extra queue); store what is durable."""
         waiter = None
+        rejected = False
         durability = self.durability
         first = True
         for q in queues:
             m = msg if first else msg.copy()
             first = False
+            if not q.admit(m, per_message_ttl):
+                rejected = rejected or m.rejected
+                continue
             m.seq = q.next_seq
             q.next_seq += 1
             m.queue = q
@@ -152,7 +179,32 @@ class Broker:
             q.push(m)
             if publisher is not None and len(q.ready) > FLOW_HIGH and q.congested():
                 publisher.throttle(q)
-        return True, waiter, False
+        return True, waiter, rejected
+
+    def _route_cc(self, vhost: VHost, ex: Exchange, msg: Message, headers: dict,
+                  queues: list[Queue]) -> list[Queue]:
+        """Sender-selected distribution: CC and BCC routing keys add destinations; BCC is stripped."""
+        keys = []
+        for name in ("CC", "BCC"):
+            value = headers.get(name)
+            if isinstance(value, list):
+                keys += [k.decode("utf-8", "replace") if isinstance(k, bytes) else k
+                         for k in value if isinstance(k, (str, bytes))]
+        seen = set(queues)
+        out = list(queues)
+        for key in keys:
+            for q in vhost.route(ex, key, headers):
+                if q not in seen:
+                    seen.add(q)
+                    out.append(q)
+        if "BCC" in headers:
+            props = dict(msg.props)
+            stripped = dict(headers)
+            del stripped["BCC"]
+            props["headers"] = stripped
+            msg.properties = codec.encode_properties(props)
+            msg._props = props
+        return out
 
     def settle(self, msg: Message) -> None:
         """A message is done with (acked, or delivered with no_ack)."""
@@ -164,8 +216,89 @@ class Broker:
             self.durability.mark_delivered(msg)
 
     def rejected(self, msg: Message) -> None:
-        """Rejected/nacked without requeue (dead-lettering hooks in here later)."""
-        self.settle(msg)
+        """Rejected or nacked without requeue: dead-lettered if the queue has a DLX."""
+        q = msg.queue
+        if q is not None and q.options.dead_letter_exchange is not None and not q.deleted:
+            self.dead_letter(q, msg, "rejected")
+        else:
+            self.settle(msg)
+
+    def dead_letter(self, q: Queue, msg: Message, reason: str, settle: bool = True) -> None:
+        """Republish to the queue's dead-letter exchange with x-death; then forget the original."""
+        dlx = q.options.dead_letter_exchange
+        vh = self.vhosts.get(q.vhost)
+        ex = vh.exchanges.get(dlx) if (vh is not None and dlx is not None) else None
+        if ex is not None:
+            copy = dead_lettered_copy(msg, q.name, reason, dlx, q.options.dead_letter_routing_key)
+            headers = copy.headers
+            queues = vh.route(ex, copy.routing_key, headers)
+            if q.options.dead_letter_routing_key is None and headers and ("CC" in headers):
+                queues = self._route_cc(vh, ex, copy, headers, queues)
+            queues = [t for t in queues if not is_cycle(copy, t.name)]
+            if queues:
+                self.enqueue(queues, copy)
+        elif dlx is not None:
+            log.debug("dead-letter exchange '%s' of queue '%s' does not exist; message dropped", dlx, q.name)
+        if settle:
+            self.settle(msg)
+
+    def expire_queue(self, q: Queue) -> None:
+        """x-expires elapsed with no consumers and no use: delete the queue."""
+        vh = self.vhosts.get(q.vhost)
+        if vh is not None and vh.queues.get(q.name) is q:
+            log.info("queue '%s' in vhost '%s' expired (x-expires)", q.name, q.vhost)
+            vh.remove_queue(q)
+
+    def call_later(self, delay: float, fn: Callable[[], None]):
+        """Timer hook; the server installs the event loop's call_later. Without a loop: no timers."""
+        if self._call_later is None:
+            return None
+        return self._call_later(delay, fn)
+
+    # -- resource alarms (memory high watermark, disk free limit) -------------------------------
+    def alarm_reason(self) -> str:
+        return "low on " + " and ".join(sorted(self.alarms)) if self.alarms else ""
+
+    def set_alarm(self, resource: str, on: bool, detail: str = "") -> None:
+        """Raise or clear an alarm. While any is raised, every publishing connection is sent
+        connection.blocked and is not read; consumers keep draining."""
+        if on == (resource in self.alarms):
+            return
+        if on:
+            self.alarms[resource] = detail
+            log.warning("%s alarm set (%s): blocking publishers", resource, detail)
+            reason = self.alarm_reason()
+            for sess in list(self.sessions):
+                if sess.has_published:
+                    sess.block(reason)
+        else:
+            del self.alarms[resource]
+            log.warning("%s alarm cleared", resource)
+            if not self.alarms:
+                for sess in list(self.sessions):
+                    sess.unblock()
+
+    # -- periodic checks (the server calls tick once a second) -----------------------------------
+    def tick(self, now: float) -> None:
+        self._check_consumer_timeouts(now)
+
+    def _check_consumer_timeouts(self, now: float) -> None:
+        default = self.consumer_timeout_ms
+        for sess in list(self.sessions):
+            for ch in list(sess.channels.values()):
+                if not ch.unacked:
+                    continue
+                for n, (msg, consumer) in enumerate(ch.unacked.values()):
+                    if n >= 64:
+                        break
+                    q = msg.queue
+                    timeout = (q.options.consumer_timeout if q is not None else None) or default
+                    if timeout and msg.delivered_at and now - msg.delivered_at > timeout / 1000.0:
+                        sess.channel_error(ch.number, AMQPError(
+                            PRECONDITION_FAILED, f"delivery acknowledgement on channel {ch.number} timed "
+                            f"out. Timeout value used: {timeout} ms. This timeout value can be configured, "
+                            f"see consumers doc guide to learn more", hard=False))
+                        break
 
     # -- lifecycle hooks ----------------------------------------------------------------------
     def _queue_lost_consumers(self, q: Queue) -> None:
@@ -184,6 +317,7 @@ class Broker:
                 sess.conn.send_method(ch.number, commands.Basic.Cancel(c.tag, nowait=True))
                 sess.mark_dirty()
         q.consumers.clear()
+        q.cancel_timers()
         owner = q.exclusive_owner
         if owner is not None:
             owner.exclusive_queues.discard(q)

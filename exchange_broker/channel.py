@@ -15,6 +15,8 @@ from .protocol import codec
 from .protocol.constants import (ACCESS_REFUSED, NO_ROUTE, NOT_ALLOWED, NOT_IMPLEMENTED,
                                  PRECONDITION_FAILED)
 from .protocol.errors import AMQPError
+from .queue_args import parse_expiration
+from .reply_to import PREFIX as REPLY_PREFIX
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -49,11 +51,27 @@ class Channel:
         self.stats_published = 0
         self.stats_delivered = 0
         self.stats_acked = 0
+        self.last_queue: str | None = None
+        # direct reply-to (amq.rabbitmq.reply-to)
+        self.reply_tag: str | None = None
+        self.reply_tag_sh = b""
+        self.reply_token: str | None = None
 
     # -- delivery ------------------------------------------------------------------------------
     @property
     def deliverable(self) -> bool:
         return self.flow_active and self.session.writable and not self.closed
+
+    def deliver_reply(self, msg: Message) -> None:
+        """A direct reply-to delivery: no queue, no ack (the consumer is no_ack by contract)."""
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        sess = self.session
+        sess.conn.send_parts(codec.deliver_frames(
+            self.number, self.reply_tag_sh, tag, False, b"\x00", codec.short_str(msg.routing_key),
+            msg.properties, msg.body, sess.conn.frame_max))
+        self.stats_delivered += 1
+        sess.mark_dirty()
 
     def deliver(self, consumer: Consumer, msg: Message) -> None:
         tag = self.next_tag
@@ -63,6 +81,7 @@ class Channel:
             self.number, consumer.tag_sh, tag, msg.redelivered, codec.short_str(msg.exchange),
             codec.short_str(msg.routing_key), msg.properties, msg.body, sess.conn.frame_max))
         self.stats_delivered += 1
+        msg.delivered_at = time.monotonic()
         sess.out_pending += len(msg.body) + 96
         if sess.out_pending > OUTPUT_BUDGET:
             sess.writable = False  # resumes after the next flush
@@ -89,6 +108,10 @@ class Channel:
             raise AMQPError(ACCESS_REFUSED, f"cannot publish to internal "
                             f"{vhost.describe('exchange', exchange)}", 60, 40, hard=False)
         sess.broker.check_write(sess, ex)
+        if not sess.has_published:
+            sess.has_published = True
+            if sess.broker.alarms:
+                sess.block(sess.broker.alarm_reason())
         seq = 0
         if self.confirm:
             self.publish_seq += 1
@@ -102,9 +125,21 @@ class Channel:
     def _route(self, ex, routing_key: str, mandatory: bool, properties: bytes, body: bytes,
                seq: int, tokens: list | None = None) -> None:
         sess = self.session
-        dm, prio, has_headers = codec.quick_properties(properties)
+        reply_to = sess.broker.reply_to
+        properties = reply_to.rewrite_reply_to(self, properties)
+        if ex.name == "" and routing_key.startswith(REPLY_PREFIX):
+            routed = reply_to.deliver(routing_key, properties, body)
+            if not routed and mandatory:
+                sess.conn.send_parts(codec.return_frames(self.number, NO_ROUTE, "NO_ROUTE", ex.name,
+                                                         routing_key, properties, body, sess.conn.frame_max))
+            if seq:
+                self._confirm_enqueue(seq, 1)
+            sess.mark_dirty()
+            return
+        dm, prio, flags = codec.quick_properties(properties)
         msg = Message(ex.name, routing_key, properties, body, dm == 2, prio)
-        result = sess.broker.publish(sess.vhost, ex, msg, has_headers, sess)
+        ttl = parse_expiration(msg.props.get("expiration")) if flags & codec.FLAG_EXPIRATION else None
+        result = sess.broker.publish(sess.vhost, ex, msg, bool(flags & codec.FLAG_HEADERS), sess, ttl)
         routed, waiter, rejected = result
         if not routed and mandatory:
             sess.conn.send_parts(codec.return_frames(self.number, NO_ROUTE, "NO_ROUTE", ex.name,
@@ -251,6 +286,9 @@ class Channel:
         return c
 
     def cancel(self, tag: str) -> Consumer | None:
+        if tag is not None and tag == self.reply_tag:
+            self.session.broker.reply_to.cancel(self)
+            return None
         c = self.consumers.pop(tag, None)
         if c is not None:
             c.active = False
@@ -285,10 +323,13 @@ class Channel:
         if self.closed:
             return
         self.closed = True
-        for tag in list(self.consumers):
-            self.cancel(tag)
+        # requeue first (no consumer of this channel can take them now), then cancel consumers:
+        # a single-active-consumer queue hands over with the old unacked messages at the head
         entries = list(self.unacked.values())
         self.unacked.clear()
         self._settle(entries, 1, True)
+        for tag in list(self.consumers):
+            self.cancel(tag)
+        self.session.broker.reply_to.cancel(self)
         self.tx_publishes.clear()
         self.tx_acks.clear()

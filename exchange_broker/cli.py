@@ -36,6 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep nothing on disk (no SQL store)")
     s.add_argument("--queue-window", type=int, default=int(_env("EXCHANGE_BROKER_QUEUE_WINDOW", 20000)),
                    help="messages a durable queue keeps in memory before paging to the store")
+    s.add_argument("--memory-high-watermark",
+                   default=_env("EXCHANGE_BROKER_MEMORY_HIGH_WATERMARK", "0.4"),
+                   help="block publishers above this resident memory: a fraction of RAM (0.4) or a "
+                        "size (512MiB); 0 disables")
+    s.add_argument("--disk-free-limit", default=_env("EXCHANGE_BROKER_DISK_FREE_LIMIT", "50MB"),
+                   help="block publishers when the data directory's disk has less free space; 0 disables")
+    s.add_argument("--consumer-timeout", type=int,
+                   default=int(_env("EXCHANGE_BROKER_CONSUMER_TIMEOUT", 1800000)),
+                   help="ms a delivery may stay unacknowledged before its channel is closed (406); 0 disables")
     s.add_argument("--log-level", default=_env("EXCHANGE_BROKER_LOG_LEVEL", "INFO"))
     s.add_argument("--port-file", default=None,
                    help="write the bound AMQP port to this file once listening (for tests/scripts)")

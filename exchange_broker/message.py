@@ -9,7 +9,8 @@ class Message:
     """One message in one queue (fan-out makes a cheap copy per queue; the body is shared)."""
 
     __slots__ = ("exchange", "routing_key", "properties", "body", "persistent", "priority",
-                 "seq", "redelivered", "queue", "stored", "_props", "expires_ms", "created_ms")
+                 "seq", "redelivered", "queue", "stored", "_props", "expires_ms", "created_ms",
+                 "rejected", "delivered_at")
 
     def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes,
                  persistent: bool = False, priority: int = 0) -> None:
@@ -26,6 +27,8 @@ class Message:
         self._props: dict | None = None
         self.expires_ms: int | None = None
         self.created_ms = 0
+        self.rejected = False      # refused by a queue's reject-publish overflow
+        self.delivered_at = 0.0    # monotonic time of the last delivery (consumer timeout)
 
     def copy(self) -> "Message":
         m = Message(self.exchange, self.routing_key, self.properties, self.body, self.persistent,

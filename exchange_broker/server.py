@@ -107,6 +107,7 @@ class BrokerServer:
         self.limits = limits or {}
         self.handshake_timeout = handshake_timeout
         self.protocols: set[AMQPProtocol] = set()
+        self.monitor = None  # ResourceMonitor, checked every tick
         self._server: asyncio.base_events.Server | None = None
         self._ticker: asyncio.Task | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -115,6 +116,7 @@ class BrokerServer:
         self.loop = asyncio.get_running_loop()
         loop = self.loop
         self.broker.schedule_flush = lambda: loop.call_soon(self.broker.flush)
+        self.broker._call_later = loop.call_later
         self._server = await loop.create_server(lambda: AMQPProtocol(self), self.host, self.port,
                                                 reuse_address=True, backlog=1024)
         sock = self._server.sockets[0]
@@ -126,6 +128,12 @@ class BrokerServer:
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
+            try:
+                self.broker.tick(now)
+                if self.monitor is not None:
+                    self.monitor.check()
+            except Exception:
+                log.exception("broker tick failed")
             for proto in list(self.protocols):
                 try:
                     proto.tick(now)

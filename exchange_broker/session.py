@@ -18,6 +18,7 @@ from .protocol.connection import ServerConnection, TooLarge
 from .protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, INTERNAL_ERROR, NOT_FOUND,
                                  NOT_IMPLEMENTED, PRECONDITION_FAILED)
 from .protocol.errors import AMQPError
+from .reply_to import PSEUDO_QUEUE
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -36,6 +37,8 @@ class Session:
         self._set_reading = set_reading
         self.throttled_by: set = set()   # queues whose congestion pauses reading from this client
         self.reading = True
+        self.has_published = False
+        self.blocked = False             # connection.blocked sent (resource alarm)
         self._write = write
         self._close_transport = close
         self.peer = peer
@@ -105,8 +108,12 @@ class Session:
             self._handle_closing(self.conn.close(INTERNAL_ERROR, "internal error"))
             self.mark_dirty()
             return
-        for event in events:
-            self._handle(event)
+        try:
+            for event in events:
+                self._handle(event)
+        except Exception:  # a bug must never take the server down; close this connection only
+            log.exception("internal error handling input from %s", self.name)
+            self._handle_closing(self.conn.close(INTERNAL_ERROR, "internal error"))
         self.mark_dirty()
 
     def _handle(self, event) -> None:
@@ -197,8 +204,30 @@ class Session:
         self.throttled_by.discard(q)
         self._update_reading()
 
+    def block(self, reason: str) -> None:
+        """Resource alarm: tell the client (connection.blocked) and stop reading it."""
+        if self.blocked or self.closed:
+            return
+        self.blocked = True
+        if self.conn.capabilities.get("connection.blocked") and self.conn.state == "opened":
+            self.conn.send_method(0, commands.Connection.Blocked(reason))
+            self.mark_dirty()
+        self._update_reading()
+
+    def unblock(self) -> None:
+        if not self.blocked:
+            return
+        self.blocked = False
+        if self.conn.capabilities.get("connection.blocked") and self.conn.state == "opened":
+            self.conn.send_method(0, commands.Connection.Unblocked())
+            self.mark_dirty()
+        self._update_reading()
+
+    def channel_error(self, channel: int, err: AMQPError) -> None:
+        self._error(channel, err)
+
     def _update_reading(self) -> None:
-        want = not self.throttled_by and not self.closed
+        want = not self.throttled_by and not self.blocked and not self.closed
         if want != self.reading:
             self.reading = want
             self._set_reading(want)
@@ -277,6 +306,10 @@ class Session:
 
     # queue
     def _queue_declare(self, ch: Channel, m) -> None:
+        if m.queue == PSEUDO_QUEUE and m.passive:
+            if not m.nowait:
+                self._reply(ch, Q.DeclareOk(PSEUDO_QUEUE, 0, 0))
+            return
         q = self.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive, m.auto_delete,
                                      m.arguments, owner=self)
         ch.last_queue = q.name
@@ -322,6 +355,11 @@ class Session:
             c.queue.dispatch()
 
     def _basic_consume(self, ch: Channel, m) -> None:
+        if m.queue == PSEUDO_QUEUE:
+            tag = self.broker.reply_to.consume(ch, m.consumer_tag, m.no_ack)
+            if not m.nowait:
+                self._reply(ch, B.ConsumeOk(tag))
+            return
         q = self.vhost.get_queue(self._queue_name(ch, m.queue, 60, 20), self, 60, 20)
         consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, m.arguments)
         if not m.nowait:

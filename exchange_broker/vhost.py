@@ -293,6 +293,7 @@ class VHost:
                 if got != have and not (arg == "x-queue-type" and {got, have} <= {None, "classic"}):
                     raise AMQPError(PRECONDITION_FAILED, f"inequivalent arg '{arg}' for {desc}: "
                                     f"{_arg_mismatch(got, have)}", cid, mid, hard=False)
+            existing.touch()
             return existing
         q = self.broker.make_queue(self, name, durable, owner if exclusive else None, auto_delete,
                                    arguments)

@@ -183,10 +183,13 @@ def encode_properties(props: dict) -> bytes:
 
 
 _FLAG_CT, _FLAG_CE, _FLAG_HEADERS, _FLAG_DM, _FLAG_PRIO = 1 << 15, 1 << 14, 1 << 13, 1 << 12, 1 << 11
+FLAG_HEADERS = _FLAG_HEADERS
+FLAG_EXPIRATION = 1 << 8
 
 
 def quick_properties(raw: bytes) -> tuple[int, int, bool]:
-    """Fast path: (delivery_mode, priority, has_headers) without decoding tables.
+    """Fast path: (delivery_mode, priority, flags) without decoding tables; ``flags`` is the
+    property-presence word (test ``FLAG_HEADERS`` / ``FLAG_EXPIRATION``).
 
     Raises AMQPError on truncated input.
     """
@@ -211,7 +214,7 @@ def quick_properties(raw: bytes) -> tuple[int, int, bool]:
             prio = raw[pos]
         if pos > len(raw):
             raise IndexError
-        return dm, prio, bool(flags & _FLAG_HEADERS)
+        return dm, prio, flags
     except IndexError:
         raise AMQPError(SYNTAX_ERROR, "malformed content header properties", 60, 40, hard=True) from None
 

@@ -37,7 +37,7 @@ _CH_CLOSE_OK = commands.Channel.CloseOk.index
 
 class _Content:
     __slots__ = ("exchange", "routing_key", "mandatory", "immediate", "properties", "size", "parts",
-                 "received", "have_header")
+                 "received", "have_header", "discard")
 
     def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool) -> None:
         self.exchange = exchange
@@ -49,6 +49,7 @@ class _Content:
         self.parts: list[bytes] = []
         self.received = 0
         self.have_header = False
+        self.discard = False  # too large: body frames are read and dropped
 
 
 class ServerConnection:
@@ -264,8 +265,9 @@ class ServerConnection:
             content.size = size
             content.have_header = True
             if size > self.max_message_size:
-                # Soft error like RabbitMQ; the body frames that follow are dropped with the channel.
-                self.channels[channel] = None
+                # Soft error like RabbitMQ; the body frames that follow are dropped (some may be in
+                # this very chunk, read before the session gets to close the channel).
+                content.discard = True
                 out.append(ev.Method(channel, _TooLarge(size, self.max_message_size)))
                 return
             if size == 0:
@@ -281,7 +283,10 @@ class ServerConnection:
             if content.received > content.size:
                 raise AMQPError(FRAME_ERROR, f"content body of {content.received} bytes exceeds the "
                                 f"declared size {content.size}", 60, 40, hard=True)
-            if content.received == content.size:
+            if content.discard:
+                if content.received == content.size:
+                    self.channels[channel] = None
+            elif content.received == content.size:
                 if content.parts:
                     content.parts.append(payload)
                     body = b"".join(content.parts)
