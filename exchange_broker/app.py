@@ -45,6 +45,9 @@ async def build(args, loop) -> tuple[Broker, object]:
         restore(broker, durability, args.queue_window)
         broker.durability = durability
         durability.start()
+        if broker.delayed is not None:  # pending delayed messages: ids, first window, overdue ones
+            broker.delayed.attach(durability)
+            await broker.delayed.recover()
     return broker, durability
 
 

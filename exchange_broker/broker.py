@@ -54,6 +54,8 @@ class Broker:
         self.durability = durability or NullDurability()
         self.extra_exchange_types: dict[str, Callable] = {}
         self.delayed = None  # delayed-message exchange manager (exchange type x-delayed-message)
+        from .delayed import DelayedExchanges
+        self.delayed = DelayedExchanges(self)  # registers the type in extra_exchange_types
         self._call_later: Callable | None = None
         self.consumer_timeout_ms = 30 * 60 * 1000  # RabbitMQ's default delivery acknowledgement timeout
         self.alarms: dict[str, str] = {}
@@ -146,7 +148,9 @@ class Broker:
         """Route and enqueue. Returns (routed, durability waiter or None, rejected)."""
         self.stats["publish"] += 1
         if ex.type == "x-delayed-message" and self.delayed is not None:
-            return self.delayed.publish(vhost, ex, msg)
+            held = self.delayed.publish(vhost, ex, msg)  # None: no (valid) x-delay, route now
+            if held is not None:
+                return held
         raw = msg.properties
         cc = has_headers and (b"\x02CC" in raw or b"\x03BCC" in raw)
         headers = msg.headers if has_headers and (vhost.headers_exchanges or cc) else None
@@ -325,7 +329,8 @@ class Broker:
             q.release_publishers()
 
     def on_exchange_deleted(self, ex: Exchange) -> None:
-        pass
+        if self.delayed is not None:
+            self.delayed.exchange_deleted(ex)
 
     # -- output scheduling -----------------------------------------------------------------------
     def mark_dirty(self, session: "Session") -> None:

@@ -300,6 +300,8 @@ class Queue:
             return
         if msgs:
             self.ready.extend(msgs)
+            if not self.has_ttl and any(m.expires_ms is not None for m in msgs):
+                self.has_ttl = True
             self.paged -= len(msgs)
             self.page_cursor = msgs[-1].seq
             if self.paged <= 0:

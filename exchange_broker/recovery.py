@@ -45,12 +45,14 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
         q.next_seq = (r["max_seq"] or 0) + 1
         q.paged = r["message_count"] or 0
         q.page_cursor = (r["min_seq"] or 1) - 1
+        if q.paged:
+            q.bytes = store.queue_stats(q.store_id)[1]
         vh.queues[q.name] = q
         durability.attach(q, window)
         counts["queues"] += 1
         counts["messages"] += q.paged
         if q.paged:
-            rows = store.load_messages(q.store_id, q.page_cursor, min(window or q.paged, q.paged))
+            rows = store.load_messages(q.store_id, q.page_cursor, min(q.window or q.paged, q.paged))
             q.refilled([message_from_row(q, row) for row in rows], q.page_epoch)
     durability.next_queue_id = max_id + 1
     for b in defs.bindings:

@@ -672,10 +672,7 @@ class BrokerService:
         msg = Message(ex.name, routing_key, raw_props, data, dm == 2, prio)
         msg._props = props
         result = self.broker.publish(vh, ex, msg, has_headers, None)
-        routed, waiter = result[0], result[1]
-        if hasattr(self.broker, "schedule_flush"):
-            self.broker.schedule_flush()
-        return bool(routed), waiter
+        return bool(result[0]), result[1]
 
     def _encode_properties(self, value: Any) -> tuple[bytes, dict]:
         if value is None or value == []:
@@ -752,20 +749,23 @@ class BrokerService:
                 q.stats_delivered += 1
                 taken.append(msg)
                 out.append(self._message_info(msg, q.message_count, encoding, truncate))
-        finally:
-            stats = broker.stats
-            stats["get"] = stats.get("get", 0) + len(taken)
-            if requeue:
-                for msg in taken:
-                    broker.delivered(msg)
-                if taken and not q.deleted:
-                    q.requeue(taken)
-            else:
-                for msg in taken:
-                    if ackmode.startswith("ack"):
-                        broker.settle(msg)
-                    else:
-                        broker.rejected(msg)
+        except BaseException:
+            if taken and not q.deleted:  # give back everything taken; nothing is lost
+                q.requeue(taken)
+            raise
+        stats = broker.stats
+        stats["get"] = stats.get("get", 0) + len(taken)
+        if requeue:
+            for msg in taken:
+                broker.delivered(msg)
+            if taken and not q.deleted:
+                q.requeue(taken)
+        else:
+            for msg in taken:
+                if ackmode.startswith("ack"):
+                    broker.settle(msg)
+                else:
+                    broker.rejected(msg)
         return out
 
     def _message_info(self, msg: Message, remaining: int, encoding: str, truncate: int | None) -> dict:
@@ -936,7 +936,6 @@ class BrokerService:
         if who is not None and not who.is_admin and sess.user != who.name:
             raise not_authorised()
         sess.server_close(CONNECTION_FORCED, reason or "Closed via management plugin")
-        self.broker.flush()
 
     def _channel_info(self, sess, ch) -> dict:
         cname = self._conn_name(sess)
@@ -994,15 +993,22 @@ class BrokerService:
 
     # ---- aliveness -----------------------------------------------------------------------------
     def aliveness(self, vhost: str, who: Principal | None = None) -> dict:
+        """Declare ``aliveness-test``, publish a message to it and read it back (RabbitMQ's check)."""
         vh = self._vhosts(vhost, who)[0]
-        q = vh.declare_queue("aliveness-test", durable=False)
+        try:
+            q = vh.declare_queue("aliveness-test", durable=False)
+        except AMQPError as err:
+            return {"status": "failed", "reason": err.text}
         raw = codec.encode_properties({})
         self.broker.publish(vh, vh.exchanges[""], Message("", q.name, raw, b"test_message"), False, None)
-        msg = q.get()
-        if msg is not None:
+        got = None
+        while True:
+            msg = q.get()
+            if msg is None:
+                break
             self.broker.settle(msg)
-        return {"status": "ok"} if msg is not None and msg.body == b"test_message" else \
-            {"status": "failed", "reason": "message not received"}
+            got = got or (msg.body == b"test_message")
+        return {"status": "ok"} if got else {"status": "failed", "reason": "message not received"}
 
     # ---- definitions ---------------------------------------------------------------------------
     def export_definitions(self, vhost: str | None = None, who: Principal | None = None) -> dict:

@@ -178,7 +178,7 @@ class SqlDurability:
 
     def attach(self, q, window: int) -> None:
         """Let a durable queue page: held messages are evicted after commits, refills read rows back."""
-        q.window = window
+        q.window = window if q.pageable else 0
         q.refill = self.refill
         self.paging_queues.add(q)
 

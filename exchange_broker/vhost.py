@@ -85,7 +85,7 @@ class VHost:
 
     def _add_exchange(self, ex: Exchange) -> None:
         self.exchanges[ex.name] = ex
-        if ex.type == "headers":
+        if isinstance(ex.index, routing.HeadersIndex):  # also x-delayed-message of x-delayed-type headers
             self.headers_exchanges += 1
 
     def describe(self, kind: str, name: str) -> str:
@@ -166,7 +166,7 @@ class VHost:
 
     def _remove_exchange(self, ex: Exchange) -> None:
         del self.exchanges[ex.name]
-        if ex.type == "headers":
+        if isinstance(ex.index, routing.HeadersIndex):
             self.headers_exchanges -= 1
         dest = ("e", ex.name)
         for other in list(self.exchanges.values()):

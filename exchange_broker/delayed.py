@@ -1,0 +1,535 @@
+"""The delayed-message exchange: exchange type ``x-delayed-message``.
+
+Behaves like RabbitMQ's rabbitmq_delayed_message_exchange plugin:
+
+* declaring requires the argument ``x-delayed-type`` (direct, fanout, topic,
+  headers): missing or not a string is 406 PRECONDITION_FAILED ("Invalid
+  argument, 'x-delayed-type' must be an existing exchange type"), an unknown
+  type name is 503 COMMAND_INVALID like any unknown exchange type. Bindings
+  and routing are those of the x-delayed-type;
+* a message published with an ``x-delay`` header (milliseconds; integer
+  types, floats truncated, decimal strings parsed, as the plugin does) with
+  0 < delay <= 2^32-1 is held until due, then routed through the exchange's
+  bindings *at that time*, with its ``x-delay`` header set to ``-delay``
+  (the plugin's marker that a message went through the delay); anything
+  else routes at once, unchanged;
+* ``mandatory`` cannot be honoured (the route is only known later): a held
+  message counts as routed, so no basic.return, as in the plugin.
+
+Unlike the plugin it is durable and scales: a persistent message
+(delivery_mode 2) published to a *durable* delayed exchange is written to
+the ``delayed_messages`` table through the ordered group-commit writer, and
+the publisher confirm waits for that commit. Only a time window of pending
+messages lives in memory (a heap keyed by (due_ms, id)): messages whose key
+is at or beyond the *horizon* stay in the store only and are read back, a
+window at a time, by the ``(due_ms, id)`` index as time advances. A single
+``loop.call_at`` timer is armed for the earliest due message. When a stored
+message is routed, its row is deleted by the same ordered writer *after* the
+routed copies' appends, so a crash in between duplicates, never loses.
+
+Window loads race with publishes; the rules that keep them exact:
+  * before reading, a no-op "fence" call goes through the writer, so every
+    insert submitted before the load is committed when the read starts;
+  * publishes made while a load is in flight, falling inside the window being
+    loaded, are *parked* in memory and sorted in (heap or store) once the
+    load tells where the new horizon is; rows they also appear as in the read
+    result are de-duplicated by id.
+
+Without a store (``--in-memory`` or the in-process test broker) every
+pending message is in the heap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import math
+import os
+import re
+import struct
+import threading
+import time
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import routing
+
+from .durability import Waiter
+from .message import Message
+from .protocol import codec
+from .protocol.constants import COMMAND_INVALID, PRECONDITION_FAILED
+from .protocol.errors import AMQPError
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .exchange import Exchange
+    from .vhost import VHost
+
+log = logging.getLogger("exchange_broker.delayed")
+
+X_DELAYED = "x-delayed-message"
+MAX_DELAY = 2 ** 32 - 1  # the plugin's bound (Erlang's max timer); beyond it: no delay
+BASE_TYPES = ("direct", "fanout", "topic", "headers")
+INVALID_TYPE = "Invalid argument, 'x-delayed-type' must be an existing exchange type"
+NO_HORIZON = (1 << 62, 0)  # without a store everything is below the horizon: in memory
+
+RELEASE_BATCH = 5000  # messages routed per timer callback before yielding to the loop
+EARLY_MS = 1.0  # a message due within this many ms is released now (timer/clock rounding)
+
+_INT_STR = re.compile(r"[+-]?[0-9]+\Z")
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+# -- the x-delay header ---------------------------------------------------------------------------
+def delay_of(headers: dict | None) -> int | None:
+    """The delay in ms when the message must be held, else None (route now)."""
+    if not headers:
+        return None
+    value = headers.get("x-delay")
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        delay = value
+    elif isinstance(value, (float, Decimal)):
+        if not math.isfinite(value):
+            return None
+        delay = int(value)  # truncated, like the plugin
+    elif isinstance(value, (str, bytes)):
+        if isinstance(value, bytes):
+            try:
+                value = value.decode("ascii")
+            except UnicodeDecodeError:
+                return None
+        if not _INT_STR.match(value):
+            return None
+        delay = int(value)
+    else:  # byte arrays, timestamps, tables, arrays, void
+        return None
+    return delay if 0 < delay <= MAX_DELAY else None
+
+
+_FIXED = {ord("t"): 1, ord("b"): 1, ord("B"): 1, ord("s"): 2, ord("u"): 2, ord("U"): 2,
+          ord("I"): 4, ord("i"): 4, ord("l"): 8, ord("L"): 8, ord("f"): 4, ord("d"): 8,
+          ord("D"): 5, ord("T"): 8, ord("V"): 0}
+_SIZED = {ord("S"), ord("x"), ord("A"), ord("F")}
+_FLAG_CT, _FLAG_CE, _FLAG_HEADERS = 1 << 15, 1 << 14, 1 << 13
+
+
+def _negated_table(table: bytes, delay: int) -> bytes | None:
+    """The field table with every x-delay entry replaced by -delay; other bytes untouched."""
+    if -delay >= -(2 ** 31):
+        new_value = b"I" + struct.pack(">i", -delay)
+    else:
+        new_value = b"l" + struct.pack(">q", -delay)
+    out = bytearray()
+    pos, end = 0, len(table)
+    while pos < end:
+        klen = table[pos]
+        key = table[pos + 1:pos + 1 + klen]
+        tpos = pos + 1 + klen
+        kind = table[tpos]
+        if kind in _FIXED:
+            vend = tpos + 1 + _FIXED[kind]
+        elif kind in _SIZED:
+            vend = tpos + 5 + int.from_bytes(table[tpos + 1:tpos + 5], "big")
+        else:
+            return None  # a type we cannot skip: leave the properties alone
+        if vend > end:
+            return None
+        if key == b"x-delay":
+            out += table[pos:tpos] + new_value
+        else:
+            out += table[pos:vend]
+        pos = vend
+    return bytes(out)
+
+
+def negate_delay_header(raw: bytes, delay: int) -> bytes:
+    """Raw content-header properties with ``x-delay`` set to ``-delay`` (the plugin's marker that
+    the message went through the delay, so it is not delayed again on an exchange-to-exchange hop)."""
+    try:
+        flags = (raw[0] << 8) | raw[1]
+        pos = 2
+        if flags & 1:
+            while (raw[pos - 2] << 8 | raw[pos - 1]) & 1:
+                pos += 2
+        if not flags & _FLAG_HEADERS:
+            return raw
+        if flags & _FLAG_CT:
+            pos += 1 + raw[pos]
+        if flags & _FLAG_CE:
+            pos += 1 + raw[pos]
+        tlen = int.from_bytes(raw[pos:pos + 4], "big")
+        start, end = pos + 4, pos + 4 + tlen
+        if end > len(raw):
+            return raw
+        table = _negated_table(raw[start:end], delay)
+    except IndexError:
+        return raw
+    if table is None:
+        return raw
+    return raw[:pos] + len(table).to_bytes(4, "big") + table + raw[end:]
+
+
+# -- pending messages -----------------------------------------------------------------------------
+class _Entry:
+    __slots__ = ("id", "due", "vhost", "ex", "exchange", "routing_key", "properties", "body",
+                 "stored", "created")
+
+    def __init__(self, id: int, due: int, vhost: str, ex, exchange: str, routing_key: str,
+                 properties: bytes, body: bytes, stored: bool, created: int) -> None:
+        self.id = id
+        self.due = due
+        self.vhost = vhost
+        self.ex = ex  # the Exchange object it was accepted by (identity guards delete+redeclare)
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties = properties
+        self.body = body
+        self.stored = stored  # has (or will have) a row in delayed_messages
+        self.created = created
+
+
+class _InsertBatch:
+    """Rows for one writer call. Later publishes join it until the writer thread takes it."""
+
+    __slots__ = ("rows", "waiter", "lock", "closed")
+
+    def __init__(self, row: tuple) -> None:
+        self.rows = [row]
+        self.waiter = Waiter()
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def join(self, row: tuple) -> bool:
+        with self.lock:
+            if self.closed:
+                return False
+            self.rows.append(row)
+            return True
+
+    def run(self, store) -> None:  # on the writer thread
+        from persistence.delayed_store import insert_delayed
+        with self.lock:
+            self.closed = True
+            rows, self.rows = self.rows, []
+        insert_delayed(store, rows)
+
+
+def _noop(store) -> None:
+    return None
+
+
+class DelayedExchanges:
+    """Registers the exchange type and holds every pending delayed message of the broker."""
+
+    def __init__(self, broker: "Broker", *, window_ms: int | None = None,
+                 max_in_memory: int | None = None) -> None:
+        self.broker = broker
+        broker.extra_exchange_types[X_DELAYED] = self.make_index
+        self.window_ms = window_ms or _env_int("EXCHANGE_BROKER_DELAYED_WINDOW_MS", 60_000)
+        self.max_in_memory = max_in_memory or _env_int("EXCHANGE_BROKER_DELAYED_MEMORY", 100_000)
+        self.prefetch_ms = self.window_ms // 2  # load the next window this long before the horizon
+        self.low_water = max(1, self.max_in_memory // 4)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.heap: list[tuple[int, int, _Entry]] = []
+        self.next_id = 1
+        self._timer: asyncio.Handle | None = None
+        self._timer_due = 0
+        self._releasing = False
+        # store (None: memory only)
+        self.durability = None
+        self.store = None
+        self.writer = None
+        self.horizon = NO_HORIZON  # stored entries with (due, id) >= horizon are in the store only
+        self.spilled = 0  # stored rows beyond the horizon (an estimate, for stats)
+        self.loading = False
+        self.load_until = 0
+        self.parked: dict[int, _Entry] = {}
+        self.gone_while_loading: set[tuple[str, str]] = set()
+        self.last_load_full = False
+        self._open: _InsertBatch | None = None
+        self._deletes: list[int] = []
+        self._tick_handle: asyncio.Handle | None = None
+        self.closed = False
+        self.stats = {"delayed": 0, "released": 0, "dropped": 0, "loaded": 0, "loads": 0}
+
+    # -- exchange type -------------------------------------------------------------------------
+    def make_index(self, arguments: dict):
+        """Binding index of the x-delayed-type (the extra_exchange_types factory)."""
+        kind = (arguments or {}).get("x-delayed-type")
+        if isinstance(kind, (bytes, bytearray)):
+            kind = bytes(kind).decode("utf-8", "replace")
+        if not isinstance(kind, str) or kind == X_DELAYED:
+            raise AMQPError(PRECONDITION_FAILED, INVALID_TYPE, 40, 10, hard=False)
+        if kind in BASE_TYPES:
+            return routing.make_index(kind)
+        factory = self.broker.extra_exchange_types.get(kind)
+        if factory is not None:
+            return factory(arguments)
+        raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{kind}'", 40, 10, hard=True)
+
+    def exchange_deleted(self, ex: "Exchange") -> None:
+        """Drop the exchange's pending messages, in memory and in the store."""
+        if ex.type != X_DELAYED:
+            return
+        before = len(self.heap)
+        self.heap = [t for t in self.heap if t[2].ex is not ex]
+        if len(self.heap) != before:
+            heapq.heapify(self.heap)
+            self.stats["dropped"] += before - len(self.heap)
+            self._rearm()
+        if self.parked:
+            self.parked = {i: e for i, e in self.parked.items() if e.ex is not ex}
+        if self.loading:
+            self.gone_while_loading.add((ex.vhost, ex.name))
+        if self.store is not None and ex.durable:
+            from persistence.delayed_store import delete_delayed_exchange
+            vhost, name = ex.vhost, ex.name
+            self._open = None  # later inserts (a redeclared exchange) go after the delete
+            self._call(None, lambda s: delete_delayed_exchange(s, vhost, name))
+
+    # -- publish -------------------------------------------------------------------------------
+    def publish(self, vhost: "VHost", ex: "Exchange", msg: Message):
+        """Hold the message if it carries a valid x-delay; None routes it now (the normal path)."""
+        if self._releasing:
+            return None
+        try:
+            headers = msg.headers
+        except AMQPError:
+            return None
+        delay = delay_of(headers)
+        if delay is None:
+            return None
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        now = math.ceil(time.time() * 1000)
+        e = _Entry(self.next_id, now + delay, vhost.name, ex, ex.name, msg.routing_key,
+                   negate_delay_header(msg.properties, delay), msg.body, False, now)
+        self.next_id += 1
+        self.stats["delayed"] += 1
+        waiter = None
+        if self.store is not None and msg.persistent and ex.durable:
+            e.stored = True
+            waiter = self._insert(e)
+        self._place(e)
+        return True, waiter, False
+
+    def _place(self, e: _Entry) -> None:
+        if not e.stored or (e.due, e.id) < self.horizon:
+            heapq.heappush(self.heap, (e.due, e.id, e))
+            if self.heap[0][2] is e:
+                self._arm()
+        elif self.loading and e.due < self.load_until:
+            self.parked[e.id] = e  # sorted in when the load in flight tells the new horizon
+        else:
+            self.spilled += 1  # only its row (being inserted) holds it
+
+    @property
+    def pending(self) -> int:
+        """Pending delayed messages: in memory plus (estimated) in the store only."""
+        return len(self.heap) + len(self.parked) + max(0, self.spilled)
+
+    # -- timer and release -----------------------------------------------------------------------
+    def _arm(self) -> None:
+        """Make sure a timer is set for the earliest message."""
+        if not self.heap or self.loop is None or self.closed:
+            return
+        due = self.heap[0][0]
+        if self._timer is not None:
+            if self._timer_due <= due:
+                return
+            self._timer.cancel()
+        wait = (due - time.time() * 1000) / 1000.0
+        self._timer_due = due
+        if wait <= 0:
+            self._timer = self.loop.call_soon(self._fire)
+        else:
+            self._timer = self.loop.call_at(self.loop.time() + wait, self._fire)
+
+    def _rearm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._arm()
+
+    def _fire(self) -> None:
+        self._timer = None
+        heap = self.heap
+        limit = time.time() * 1000 + EARLY_MS
+        n = 0
+        while heap and heap[0][0] <= limit and n < RELEASE_BATCH:
+            self._release(heapq.heappop(heap)[2])
+            n += 1
+        if self._deletes:
+            self._flush_deletes()
+        self._arm()
+        if self.store is not None:
+            self._maybe_load()
+
+    def _release(self, e: _Entry) -> None:
+        broker = self.broker
+        vh = broker.vhosts.get(e.vhost)
+        ex = vh.exchanges.get(e.exchange) if vh is not None else None
+        if ex is None or ex is not e.ex:
+            self.stats["dropped"] += 1
+        else:
+            dm, prio, flags = codec.quick_properties(e.properties)
+            m = Message(ex.name, e.routing_key, e.properties, e.body, dm == 2, prio)
+            broker.stats["publish"] -= 1  # counted when the client published it
+            self._releasing = True
+            try:
+                ttl = None  # per-message TTL runs from the enqueue, i.e. from now
+                if flags & getattr(codec, "FLAG_EXPIRATION", 0):
+                    from .queue_args import parse_expiration
+                    ttl = parse_expiration(m.props.get("expiration"))
+                broker.publish(vh, ex, m, True, None, ttl)
+            except Exception:
+                log.exception("routing delayed message %d from %s failed", e.id,
+                              vh.describe("exchange", ex.name))
+            finally:
+                self._releasing = False
+            self.stats["released"] += 1
+        if e.stored:
+            self._deletes.append(e.id)
+
+    # -- store -------------------------------------------------------------------------------------
+    def attach(self, durability) -> None:
+        """Keep stored delayed messages in ``durability``'s store (call before serving)."""
+        self.durability = durability
+        self.store = durability.store
+        self.writer = durability.writer
+        self.loop = durability.loop
+        self.horizon = (0, 0)  # nothing in memory yet: the first load brings the first window
+
+    async def recover(self) -> dict:
+        """After restore: continue ids, load the first window (overdue messages route at once)."""
+        from persistence.delayed_store import delayed_stats
+        count, max_id, min_due = await self.loop.run_in_executor(None, delayed_stats, self.store)
+        self.next_id = max(self.next_id, max_id + 1)
+        self.spilled = count
+        if count:
+            log.info("recovering %d delayed messages (earliest due %s ms from now)", count,
+                     min_due - int(time.time() * 1000))
+        self._maybe_load()
+        self._tick()
+        return {"delayed_messages": count}
+
+    def close(self) -> None:
+        self.closed = True
+        for h in (self._timer, self._tick_handle):
+            if h is not None:
+                h.cancel()
+        self._timer = self._tick_handle = None
+
+    def _call(self, token, fn) -> None:
+        try:
+            self.writer.submit_call(token, fn)
+        except RuntimeError:  # writer stopped (shutdown)
+            if token is not None:
+                token.fire(False)
+
+    def _insert(self, e: _Entry) -> Waiter:
+        row = (e.id, e.vhost, e.exchange, e.routing_key, e.properties, e.body, e.due, e.created)
+        batch = self._open
+        if batch is not None and batch.join(row):
+            return batch.waiter
+        batch = self._open = _InsertBatch(row)
+        self._call(batch.waiter, batch.run)
+        return batch.waiter
+
+    def _flush_deletes(self) -> None:
+        from persistence.delayed_store import delete_delayed
+        ids, self._deletes = self._deletes, []
+        if self.store is None:
+            return
+        self.durability._submit()  # the routed copies' appends are written before the delete
+        self._open = None
+        self._call(None, lambda s: delete_delayed(s, ids))
+
+    def _tick(self) -> None:
+        self._tick_handle = None
+        if self.closed:
+            return
+        self._maybe_load()
+        self._tick_handle = self.loop.call_later(0.25, self._tick)
+
+    def _maybe_load(self) -> None:
+        if self.loading or self.closed:
+            return
+        now = time.time() * 1000
+        if now + self.prefetch_ms >= self.horizon[0] or (
+                self.last_load_full and len(self.heap) < self.low_water):
+            self._start_load(int(now))
+
+    def _start_load(self, now: int) -> None:
+        self.loading = True
+        self.load_until = until = max(now + self.window_ms, self.horizon[0] + 1)
+        limit = max(self.low_water, self.max_in_memory - len(self.heap))
+        self.parked = {}
+        self.gone_while_loading = set()
+        start = self.horizon
+        fence = Waiter()
+        fence.add(lambda _arg, _ok: self._read(start, until, limit), None)
+        self._open = None  # inserts after this point are not guaranteed visible: they get parked
+        self._call(fence, _noop)
+
+    def _read(self, start: tuple[int, int], until: int, limit: int) -> None:
+        from persistence.delayed_store import load_delayed
+        if self.closed:
+            return
+        fut = self.loop.run_in_executor(None, load_delayed, self.store, start[0], start[1], until,
+                                        limit)
+        fut.add_done_callback(lambda f: self._loaded(f, until, limit))
+
+    def _loaded(self, fut: asyncio.Future, until: int, limit: int) -> None:
+        self.loading = False
+        parked, self.parked = self.parked, {}
+        gone, self.gone_while_loading = self.gone_while_loading, set()
+        exc = fut.exception()
+        if exc is not None:
+            log.error("reading delayed messages from the store failed: %s", exc)
+            self.spilled += len(parked)  # their rows are (being) written: the next load finds them
+            return
+        rows = fut.result()
+        self.stats["loads"] += 1
+        full = len(rows) >= limit
+        horizon = (rows[-1].due_ms, rows[-1].id + 1) if full else (until, 0)
+        vhosts = self.broker.vhosts
+        heap = self.heap
+        head = heap[0][1] if heap else None
+        for r in rows:
+            if r.id in parked or (r.vhost, r.exchange) in gone:
+                continue
+            self.spilled -= 1
+            vh = vhosts.get(r.vhost)
+            ex = vh.exchanges.get(r.exchange) if vh is not None else None
+            if ex is None or ex.type != X_DELAYED:
+                self._deletes.append(r.id)  # its exchange is gone
+                self.stats["dropped"] += 1
+                continue
+            e = _Entry(r.id, r.due_ms, r.vhost, ex, r.exchange, r.routing_key, r.properties, r.body,
+                       True, r.created_ms)
+            heapq.heappush(heap, (e.due, e.id, e))
+            self.stats["loaded"] += 1
+        for e in parked.values():
+            if (e.due, e.id) < horizon:
+                heapq.heappush(heap, (e.due, e.id, e))
+            else:
+                self.spilled += 1
+        self.horizon = horizon
+        self.last_load_full = full
+        self.spilled = max(0, self.spilled)
+        if self._deletes:
+            self._flush_deletes()
+        if heap and heap[0][1] != head:
+            self._rearm()
+        if full and len(heap) < self.low_water:
+            self._maybe_load()  # draining a backlog (e.g. overdue after downtime)
