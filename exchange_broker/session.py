@@ -244,7 +244,7 @@ class Session:
     def _redispatch(self) -> None:
         queues = {c.queue for ch in self.channels.values() for c in ch.consumers.values()}
         for q in queues:
-            if q.ready and not q.deleted:
+            if (q.ready or q.is_stream) and not q.deleted:  # streams: per-consumer backlog
                 q.dispatch()
 
     # -- methods -------------------------------------------------------------------------------
@@ -361,6 +361,8 @@ class Session:
                 self._reply(ch, B.ConsumeOk(tag))
             return
         q = self.vhost.get_queue(self._queue_name(ch, m.queue, 60, 20), self, 60, 20)
+        if q.is_stream:  # stream consume rules, before consume-ok (stream.py)
+            q.check_consume(ch, m)
         consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, m.arguments)
         if not m.nowait:
             self._reply(ch, B.ConsumeOk(consumer.tag))
