@@ -13,7 +13,11 @@ log = logging.getLogger("exchange_broker")
 
 
 def limits_from(args) -> dict:
-    return {"heartbeat": args.heartbeat, "frame_max": args.frame_max, "channel_max": args.channel_max,
+    channel_max = args.channel_max
+    per_conn = getattr(args, "max_channels_per_connection", 0)  # caps the channel_max offered
+    if per_conn and (not channel_max or per_conn < channel_max):
+        channel_max = per_conn
+    return {"heartbeat": args.heartbeat, "frame_max": args.frame_max, "channel_max": channel_max,
             "max_message_size": args.max_message_size}
 
 
@@ -42,8 +46,11 @@ async def build(args, loop) -> tuple[Broker, object]:
         from .sql_durability import SqlDurability
         store = await loop.run_in_executor(None, open_store, args)
         durability = SqlDurability(store, loop, window=args.queue_window)
-        restore(broker, durability, args.queue_window)
+        # recovery may expire and dead-letter messages whose TTL passed while the broker was down:
+        # that outcome must be stored, and TTL / x-expires timers armed on this loop
         broker.durability = durability
+        broker._call_later = loop.call_later
+        restore(broker, durability, args.queue_window)
         durability.start()
         if broker.delayed is not None:  # pending delayed messages: ids, first window, overdue ones
             broker.delayed.attach(durability)
@@ -62,12 +69,38 @@ def configure(broker: Broker, server: BrokerServer, args) -> None:
     server.monitor = ResourceMonitor(broker, memory, data_dir, disk)
 
 
+async def start_admin(args, broker: Broker, server: BrokerServer):
+    """The admin HTTP API in this loop (``--admin-port 0`` turns it off). A port that cannot be
+    bound is logged and the broker runs on without the API."""
+    port = getattr(args, "admin_port", 0)
+    if not port:
+        return None
+    from .admin.server import AdminServer
+    host = getattr(args, "admin_host", None) or args.host
+    tls = getattr(server, "tls", None)  # HTTPS with the amqps certificate (tls.py)
+    ssl_options = tls.uvicorn_options() if tls is not None and not getattr(args, "no_admin_tls", False) \
+        else None
+    admin = AdminServer(broker, host, port, amqp_server=server, ssl_options=ssl_options)
+    try:
+        await admin.start()
+    except OSError as exc:
+        log.error("admin API not started: cannot listen on %s:%d: %s", host, port, exc)
+        return None
+    return admin
+
+
 async def run(args) -> int:
     loop = asyncio.get_running_loop()
     broker, durability = await build(args, loop)
-    server = BrokerServer(broker, args.host, args.port, limits=limits_from(args))
+    from .server import HANDSHAKE_TIMEOUT
+    from .tls import from_args as tls_from_args
+    server = BrokerServer(broker, args.host, args.port, limits=limits_from(args),
+                          handshake_timeout=getattr(args, "handshake_timeout", HANDSHAKE_TIMEOUT),
+                          tls=tls_from_args(args))
+    broker.max_connections = getattr(args, "max_connections", 0) or 0
     configure(broker, server, args)
     await server.start()
+    admin = await start_admin(args, broker, server)
     if args.port_file:
         with open(args.port_file, "w") as fh:
             fh.write(str(server.port))
@@ -76,8 +109,12 @@ async def run(args) -> int:
     log.info("exchange-broker ready on %s:%d", args.host, server.port)
     await stop.wait()
     log.info("shutting down")
+    if admin is not None:
+        await admin.stop()
     await server.stop()
     if durability is not None:
+        if broker.delayed is not None:
+            broker.delayed.close()  # its last row deletes go to the writer before it stops
         await loop.run_in_executor(None, durability.stop)
         durability.store.close()
     return 0

@@ -15,8 +15,9 @@ from .protocol import codec
 from .protocol.constants import (ACCESS_REFUSED, NO_ROUTE, NOT_ALLOWED, NOT_IMPLEMENTED,
                                  PRECONDITION_FAILED)
 from .protocol.errors import AMQPError
-from .queue_args import parse_expiration
+from .queue_args import amqp_type, parse_expiration
 from .reply_to import PREFIX as REPLY_PREFIX
+from .stream import refuse_reject
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -81,6 +82,7 @@ class Channel:
             self.number, consumer.tag_sh, tag, msg.redelivered, codec.short_str(msg.exchange),
             codec.short_str(msg.routing_key), msg.properties, msg.body, sess.conn.frame_max))
         self.stats_delivered += 1
+        sess.broker.stats["deliver"] += 1
         msg.delivered_at = time.monotonic()
         sess.out_pending += len(msg.body) + 96
         if sess.out_pending > OUTPUT_BUDGET:
@@ -90,6 +92,7 @@ class Channel:
         else:
             self.unacked[tag] = (msg, consumer)
             consumer.unacked += 1
+            msg.queue.unacked += 1
             self.global_unacked += 1
             sess.broker.delivered(msg)
         sess.mark_dirty()
@@ -101,13 +104,13 @@ class Channel:
             raise AMQPError(NOT_IMPLEMENTED, "immediate=true", 60, 40, hard=True)
         sess = self.session
         vhost = sess.vhost
+        sess.broker.check_write(sess, exchange)  # write permission, before the existence check
         ex = vhost.exchanges.get(exchange)
         if ex is None:
             raise AMQPError(404, f"no {vhost.describe('exchange', exchange)}", 60, 40, hard=False)
         if ex.internal:
             raise AMQPError(ACCESS_REFUSED, f"cannot publish to internal "
                             f"{vhost.describe('exchange', exchange)}", 60, 40, hard=False)
-        sess.broker.check_write(sess, ex)
         if not sess.has_published:
             sess.has_published = True
             if sess.broker.alarms:
@@ -191,6 +194,8 @@ class Channel:
 
     # -- acknowledgements ----------------------------------------------------------------------
     def ack(self, kind: int, delivery_tag: int, multiple: bool, requeue: bool) -> None:
+        if kind:  # basic.nack/reject of a stream delivery: 540 (stream.py)
+            refuse_reject(self, delivery_tag, multiple, kind)
         if self.tx:
             if not (multiple and delivery_tag == 0) and delivery_tag not in self.unacked:
                 raise self._unknown_tag(delivery_tag, kind)
@@ -245,17 +250,18 @@ class Channel:
             else:
                 if kind == 0:
                     self.stats_acked += 1
+                    broker.stats["ack"] += 1
                     broker.settle(msg)
                 else:
                     broker.rejected(msg)
         for q, msgs in to_requeue.items():
             q.requeue(msgs)
         for q in touched:
-            if q.ready and not q.deleted:
+            if (q.ready or q.is_stream) and not q.deleted:  # streams: per-consumer backlog
                 q.dispatch()
         if self.global_prefetch:
             for c in self.consumers.values():
-                if c.queue.ready and not c.queue.deleted:
+                if (c.queue.ready or c.queue.is_stream) and not c.queue.deleted:
                     c.queue.dispatch()
 
     def recover(self, requeue: bool) -> None:
@@ -280,7 +286,7 @@ class Channel:
         prio = (arguments or {}).get("x-priority")
         if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
             raise AMQPError(PRECONDITION_FAILED, f"invalid arg 'x-priority' for {desc}: "
-                            f"expected an integer", 60, 20, hard=False)
+                            f'"expected integer, got {amqp_type(prio)}"', 60, 20, hard=False)
         c = Consumer(tag, self, queue, no_ack, exclusive, self.prefetch, arguments or {})
         self.consumers[tag] = c
         return c

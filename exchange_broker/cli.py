@@ -30,6 +30,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--channel-max", type=int, default=int(_env("EXCHANGE_BROKER_CHANNEL_MAX", 2047)))
     s.add_argument("--max-message-size", type=int,
                    default=int(_env("EXCHANGE_BROKER_MAX_MESSAGE_SIZE", 128 * 1024 * 1024)))
+    s.add_argument("--max-connections", type=int, default=int(_env("EXCHANGE_BROKER_MAX_CONNECTIONS", 0)),
+                   help="open AMQP connections allowed; more are refused with 530 (0: no limit)")
+    s.add_argument("--max-channels-per-connection", type=int,
+                   default=int(_env("EXCHANGE_BROKER_MAX_CHANNELS_PER_CONNECTION", 0)),
+                   help="channels a connection may open (caps the channel_max offered; 0: --channel-max)")
+    s.add_argument("--handshake-timeout", type=float,
+                   default=float(_env("EXCHANGE_BROKER_HANDSHAKE_TIMEOUT", 10)),
+                   help="seconds a socket may take to finish the TLS and AMQP handshakes (default 10)")
+    from .tls import add_arguments as add_tls_arguments
+    add_tls_arguments(s)
     _store_args(s)
     s.add_argument("--in-memory", action="store_true",
                    default=_env("EXCHANGE_BROKER_IN_MEMORY", "") in ("1", "true", "yes"),
@@ -48,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", default=_env("EXCHANGE_BROKER_LOG_LEVEL", "INFO"))
     s.add_argument("--port-file", default=None,
                    help="write the bound AMQP port to this file once listening (for tests/scripts)")
+    s.add_argument("--admin-port", type=int, default=int(_env("EXCHANGE_BROKER_ADMIN_PORT", 15672)),
+                   help="admin HTTP API port (env EXCHANGE_BROKER_ADMIN_PORT, default 15672; 0 turns it off)")
+    s.add_argument("--admin-host", default=_env("EXCHANGE_BROKER_ADMIN_HOST", None),
+                   help="admin HTTP API listen address (env EXCHANGE_BROKER_ADMIN_HOST, default: --host)")
     db = sub.add_parser("db", help="database schema management (alembic migrations)")
     dbsub = db.add_subparsers(dest="db_command", required=True)
     for name, helptext in (("upgrade", "apply migrations up to a revision (default head)"),
@@ -58,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name != "current":
             c.add_argument("revision", nargs="?", default="head" if name == "upgrade" else None)
         c.add_argument("--log-level", default=_env("EXCHANGE_BROKER_LOG_LEVEL", "INFO"))
+    from .admin.cli import add_parser as add_admin_parser
+    add_admin_parser(sub)
     return p
 
 
@@ -96,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args)
     if args.command == "db":
         return db_command(args)
+    if args.command == "admin":
+        from .admin.cli import run as admin_run
+        return admin_run(args)
     return 2
 
 

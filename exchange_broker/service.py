@@ -22,7 +22,7 @@ import re
 import time
 from collections import deque
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from . import __version__
@@ -46,6 +46,7 @@ ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "rej
 MAX_GET_COUNT = 100_000
 AMQP_INT_MIN, AMQP_INT_MAX = -2 ** 63, 2 ** 64 - 1
 MAX_NESTING = 32
+CONFIGURE, WRITE, READ = 0, 1, 2   # positions in Broker.permissions values
 
 # AMQP basic properties as RabbitMQ's JSON names them -> pamqp's names
 _PROPS = {"content_type": "content_type", "content_encoding": "content_encoding", "headers": "headers",
@@ -278,9 +279,26 @@ class BrokerService:
             raise not_found()
         return ex
 
-    def check_change(self, who: Principal | None, vhost: str) -> None:
-        if who is not None and not who.can_change(vhost):
-            raise not_authorised()
+    def check_resource(self, who: Principal | None, vhost: str, perm: int, kind: str, name: str) -> None:
+        """RabbitMQ's resource permissions for a non-administrator: the vhost's configure, write or
+        read pattern must match somewhere in the name (an empty pattern matches nothing)."""
+        if who is None or who.is_admin:
+            return
+        if kind == "exchange" and name == "":
+            name = "amq.default"
+        pattern = self.broker.permissions.get((who.name, vhost), ("", "", ""))[perm]
+        try:
+            allowed = bool(pattern) and re.search(pattern, name) is not None
+        except re.error:
+            allowed = False
+        if not allowed:
+            raise not_authorised(f"access to {kind} '{name}' in vhost '{vhost}' refused for user "
+                                 f"'{who.name}'")
+
+    def check_binding(self, who: Principal | None, vhost: str, source: str, dest_type: str,
+                      dest: str) -> None:
+        self.check_resource(who, vhost, WRITE, dest_type, dest)
+        self.check_resource(who, vhost, READ, "exchange", source)
 
     def check_admin(self, who: Principal | None) -> None:
         if who is not None and not who.is_admin:
@@ -417,21 +435,8 @@ class BrokerService:
 
     def delete_vhost(self, name: str, who: Principal | None = None) -> None:
         self.check_admin(who)
-        vh = self._vhost(name)
-        for sess in list(self.broker.sessions):
-            if sess.vhost is vh:
-                sess.server_close(CONNECTION_FORCED, "vhost deleted")
-        for q in list(vh.queues.values()):
-            vh.remove_queue(q)
-        for ex in list(vh.exchanges.values()):
-            if ex.name and not ex.name.startswith("amq.") and ex.name in vh.exchanges:
-                vh._remove_exchange(ex)
-        del self.broker.vhosts[name]
-        for key in [k for k in self.broker.permissions if k[1] == name]:
-            del self.broker.permissions[key]
-        deleted = getattr(self.broker.durability, "vhost_deleted", None)
-        if deleted is not None:
-            deleted(name)
+        self._vhost(name)
+        self.broker.delete_vhost(name)  # users.py: 320 to its connections, stored
 
     # ---- users and permissions -----------------------------------------------------------------
     def _user_info(self, u: User) -> dict:
@@ -462,17 +467,15 @@ class BrokerService:
             self.broker.add_user(name, None, tags, password_hash=str_from(body, "password_hash"),
                                  hashing_algorithm=algo)
         elif not created:
-            self.broker.users[name].tags = tags
+            self.broker.set_user_tags(name, tags)
         else:
             raise bad_request("password or password_hash is required")
         return created
 
     def delete_user(self, name: str, who: Principal | None = None) -> None:
         self.check_admin(who)
-        if self.broker.users.pop(name, None) is None:
+        if not self.broker.delete_user(name):  # users.py: its connections get 320, stored
             raise not_found()
-        for key in [k for k in self.broker.permissions if k[0] == name]:
-            del self.broker.permissions[key]
 
     def permissions(self, who: Principal | None = None, *, user: str | None = None,
                     vhost: str | None = None) -> list[dict]:
@@ -500,7 +503,7 @@ class BrokerService:
 
     def clear_permission(self, vhost: str, user: str, who: Principal | None = None) -> None:
         self.check_admin(who)
-        if self.broker.permissions.pop((user, vhost), None) is None:
+        if not self.broker.clear_permissions(user, vhost):
             raise not_found()
 
     # ---- exchanges -----------------------------------------------------------------------------
@@ -525,7 +528,7 @@ class BrokerService:
     def declare_exchange(self, vhost: str, name: str, body: dict, who: Principal | None = None) -> bool:
         """PUT: declare (created -> True, already there and equivalent -> False)."""
         vh = self._vhost(vhost)
-        self.check_change(who, vhost)
+        self.check_resource(who, vhost, CONFIGURE, "exchange", name)
         xtype = str_from(body, "type", "direct") or "direct"
         durable = bool_from(body, "durable", False)
         auto_delete = bool_from(body, "auto_delete", False)
@@ -544,7 +547,7 @@ class BrokerService:
     def delete_exchange(self, vhost: str, name: str, if_unused: bool = False,
                         who: Principal | None = None) -> None:
         vh = self._vhost(vhost)
-        self.check_change(who, vhost)
+        self.check_resource(who, vhost, CONFIGURE, "exchange", name)
         name = exchange_name(name)
         if name not in vh.exchanges:
             raise not_found()
@@ -558,7 +561,10 @@ class BrokerService:
         n_unacked, b_unacked = unacked.get(id(q), (0, 0))
         ready = q.message_count
         try:
-            b_ready = q.ready_bytes + sum(len(m.body) for m in getattr(q, "held", ()))
+            if getattr(q, "is_stream", False):
+                b_ready = int(getattr(q, "total_bytes", 0))
+            else:
+                b_ready = q.ready_bytes + sum(len(m.body) for m in getattr(q, "held", ()))
         except Exception:
             b_ready = 0
         zero = {"rate": 0.0}
@@ -604,7 +610,7 @@ class BrokerService:
 
     def declare_queue(self, vhost: str, name: str, body: dict, who: Principal | None = None) -> bool:
         vh = self._vhost(vhost)
-        self.check_change(who, vhost)
+        self.check_resource(who, vhost, CONFIGURE, "queue", name)
         durable = bool_from(body, "durable", False)
         auto_delete = bool_from(body, "auto_delete", False)
         args = arguments_from(body.get("arguments"))
@@ -620,7 +626,7 @@ class BrokerService:
     def delete_queue(self, vhost: str, name: str, if_empty: bool = False, if_unused: bool = False,
                      who: Principal | None = None) -> None:
         vh = self._vhost(vhost)
-        self.check_change(who, vhost)
+        self.check_resource(who, vhost, CONFIGURE, "queue", name)
         q = vh.queues.get(name)
         if q is None:
             raise not_found()
@@ -631,7 +637,7 @@ class BrokerService:
 
     def purge_queue(self, vhost: str, name: str, who: Principal | None = None) -> int:
         vh = self._vhost(vhost)
-        self.check_change(who, vhost)
+        self.check_resource(who, vhost, READ, "queue", name)
         q = vh.queues.get(name)
         if q is None:
             raise not_found()
@@ -644,7 +650,7 @@ class BrokerService:
     def publish(self, vhost: str, exchange: str, body: dict, who: Principal | None = None):
         """POST .../publish: returns (routed, durability waiter or None)."""
         vh = self._vhost(vhost)
-        self.check_change(who, vhost)
+        self.check_resource(who, vhost, WRITE, "exchange", exchange)
         ex = vh.exchanges.get(exchange_name(exchange))
         if ex is None:
             raise not_found(f"no {vh.describe('exchange', exchange_name(exchange))}")
@@ -717,7 +723,7 @@ class BrokerService:
     def get_messages(self, vhost: str, name: str, body: dict, who: Principal | None = None) -> list[dict]:
         """POST .../get: take up to ``count`` messages with RabbitMQ's ackmodes."""
         vh = self._vhost(vhost)
-        self.check_change(who, vhost)
+        self.check_resource(who, vhost, READ, "queue", name)
         q = vh.queues.get(name)
         if q is None:
             raise not_found()
@@ -749,9 +755,11 @@ class BrokerService:
                 q.stats_delivered += 1
                 taken.append(msg)
                 out.append(self._message_info(msg, q.message_count, encoding, truncate))
-        except BaseException:
+        except BaseException as exc:
             if taken and not q.deleted:  # give back everything taken; nothing is lost
                 q.requeue(taken)
+            if isinstance(exc, AMQPError):  # e.g. a stream queue refuses basic.get
+                raise from_amqp(exc, refused_is_auth=False) from None
             raise
         stats = broker.stats
         stats["get"] = stats.get("get", 0) + len(taken)
@@ -830,7 +838,7 @@ class BrokerService:
              who: Principal | None = None) -> str:
         """POST /api/bindings/...: returns the new binding's properties_key."""
         vh = self._vhost(vhost)
-        self.check_change(who, vhost)
+        self.check_binding(who, vhost, source, dest_type, dest)
         source = exchange_name(source)
         if source not in vh.exchanges:
             raise not_found(f"no {vh.describe('exchange', source)}")
@@ -855,11 +863,12 @@ class BrokerService:
     def unbind(self, vhost: str, source: str, dest_type: str, dest: str, key: str,
                who: Principal | None = None, raw_key: str | None = None) -> None:
         vh = self._vhost(vhost)
-        self.check_change(who, vhost)
+        self.check_binding(who, vhost, source, dest_type, dest)
         matches = self.bindings_for(vhost, source=source, dest_type=dest_type, dest=dest)
         found = next((b for b in matches if b["properties_key"] == key), None)
-        if found is None and raw_key is not None:  # a client that did not quote the routing key
-            found = next((b for b in matches if b["properties_key"] == raw_key), None)
+        if found is None:  # a client that sent the routing key itself, unquoted (pyrabbit2 does)
+            found = next((b for b in matches if b["properties_key"] == raw_key
+                          or (not b["arguments"] and b["routing_key"] == key)), None)
         if found is None:
             raise not_found()
         src = exchange_name(source)
@@ -1253,7 +1262,3 @@ class _DefinitionsPlan:
                 "vhost": self._item_vhost(b, "a binding"),
                 "destination": self._name(b, "a binding", "destination"), "destination_type": dtype,
                 "routing_key": rk, "arguments": arguments_from(b.get("arguments"), "binding arguments")}
-
-
-def iter_counters(snapshot: dict) -> Iterable[tuple[str, int]]:
-    return snapshot["counters"].items()

@@ -13,9 +13,13 @@ class ThreadedBroker:
     """Start with ``start()``; ``port`` is then the bound ephemeral port; ``stop()`` joins the thread."""
 
     def __init__(self, broker: Broker | None = None, host: str = "127.0.0.1", port: int = 0,
-                 limits: dict | None = None, **server_kwargs) -> None:
+                 limits: dict | None = None, *, admin: bool = False, admin_port: int = 0,
+                 **server_kwargs) -> None:
         self.broker = broker or Broker()
         self.server = BrokerServer(self.broker, host, port, limits=limits, **server_kwargs)
+        # admin HTTP API: admin=True picks a free port; admin_port>0 uses that port; else off
+        self.admin = None
+        self._admin_port = admin_port if admin_port > 0 else (0 if admin else None)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="broker", daemon=True)
         self._ready = threading.Event()
@@ -30,6 +34,15 @@ class ThreadedBroker:
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
+    @property
+    def admin_port(self) -> int:
+        return self.admin.port if self.admin is not None else 0
+
+    @property
+    def admin_url(self) -> str:
+        """Base URL of the admin API (``http://127.0.0.1:PORT``), when started with admin=True."""
+        return f"http://127.0.0.1:{self.admin_port}"
+
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
@@ -43,8 +56,14 @@ class ThreadedBroker:
     async def _main(self) -> None:
         self._stopped = asyncio.Event()
         await self.server.start()
+        if self._admin_port is not None:
+            from .admin.server import AdminServer
+            self.admin = AdminServer(self.broker, self.server.host, self._admin_port, amqp_server=self.server)
+            await self.admin.start()
         self._ready.set()
         await self._stopped.wait()
+        if self.admin is not None:
+            await self.admin.stop()
         await self.server.stop(grace=2.0)
 
     def start(self) -> "ThreadedBroker":

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from exchange_broker.testing import ThreadedBroker
+
+# `exchange-broker serve` started by tests must never take the admin API's default port 15672
+# (RabbitMQ's): off unless a test asks for a port of its own (tests/admin does).
+os.environ["EXCHANGE_BROKER_ADMIN_PORT"] = "0"
 
 
 @pytest.fixture
