@@ -213,6 +213,10 @@ class ServerConnection:
                         self.send_method(channel, commands.Channel.CloseOk())
                     return
                 if mid == _CH_OPEN:
+                    opened = len(self.channels) + len(self.closing_channels)
+                    if self.channel_max and opened >= self.channel_max:  # RabbitMQ's check and text
+                        raise AMQPError(NOT_ALLOWED, f"number of channels opened ({opened}) has reached "
+                                        f"the negotiated channel_max ({self.channel_max})", hard=True)
                     if channel > self.channel_max:
                         raise AMQPError(CHANNEL_ERROR, f"channel number {channel} exceeds channel_max "
                                         f"{self.channel_max}", 20, 10, hard=True)

@@ -198,9 +198,21 @@ def test_confirms_with_aio_pika(broker):
     asyncio.run(main())
 
 
-def test_confirm_nack_when_message_cannot_be_enqueued():
-    pytest.skip("basic.nack for a message a queue refuses needs x-overflow=reject-publish, "
-                "which arrives with issue 7 (queue length limits: reject-publish)")
+def test_confirm_nack_when_message_cannot_be_enqueued(connect):
+    """x-overflow=reject-publish: a message the full queue refuses is basic.nack'ed (pika raises
+    NackError); acks continue once there is room again. Checked against RabbitMQ 3.10."""
+    conn = connect()
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True, arguments={"x-max-length": 1,
+                                                        "x-overflow": "reject-publish"}).method.queue
+    ch.confirm_delivery()
+    ch.basic_publish("", q, b"fits")
+    with pytest.raises(pika.exceptions.NackError):
+        ch.basic_publish("", q, b"refused")
+    assert ready(conn, q) == 1
+    ch.basic_get(q, auto_ack=True)
+    ch.basic_publish("", q, b"fits again")  # acked
+    assert ready(conn, q) == 1
 
 
 # -- transactions -----------------------------------------------------------------------------
