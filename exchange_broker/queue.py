@@ -30,6 +30,8 @@ def _now_ms() -> int:
 
 
 class Queue:
+    is_stream = False  # StreamQueue (exchange_broker/stream.py) overrides
+
     def __init__(self, vhost: str, name: str, durable: bool = False, exclusive_owner: object = None,
                  auto_delete: bool = False, arguments: dict | None = None,
                  options: QueueOptions | None = None) -> None:
@@ -96,7 +98,8 @@ class Queue:
         """Stamp TTL, apply deduplication and reject-publish overflow. False: not enqueued here
         (``msg.rejected`` tells whether the publisher must be nacked)."""
         opts = self.options
-        if self.dedup is not None and self._duplicate(msg):
+        dedup_key = self._dedup_key(msg) if self.dedup is not None else None
+        if dedup_key is not None and self._duplicate(dedup_key):
             return False
         ttl = opts.message_ttl
         if per_message_ttl is not None:
@@ -111,32 +114,35 @@ class Queue:
                 if opts.overflow == "reject-publish-dlx" and self.broker is not None:
                     msg.queue = self
                     self.broker.dead_letter(self, msg, "maxlen", settle=False)
-                return False
+                return False  # refused: not remembered, so the producer's retry is not a duplicate
+        if dedup_key is not None:
+            self._remember(dedup_key)
         return True
 
-    def _duplicate(self, msg: Message) -> bool:
+    @staticmethod
+    def _dedup_key(msg: Message):
         headers = msg.headers or {}
         key = headers.get("x-deduplication-header")
         if key is None:
             key = msg.props.get("message_id")
-        if key is None:
-            return False
         if isinstance(key, bytearray):
             key = bytes(key)
         if isinstance(key, (dict, list)):
             key = repr(key)
+        return key
+
+    def _duplicate(self, key) -> bool:
+        expiry = self.dedup.get(key)
+        return expiry is not None and (expiry == 0 or expiry > _now_ms())
+
+    def _remember(self, key) -> None:
         cache = self.dedup
-        now = _now_ms()
         ttl = self.options.dedup_cache_ttl
-        expiry = cache.get(key)
-        if expiry is not None and (expiry == 0 or expiry > now):
-            return True
-        cache[key] = now + ttl if ttl else 0
+        cache[key] = _now_ms() + ttl if ttl else 0
         cache.move_to_end(key)
         limit = self.options.dedup_cache_size or DEDUP_DEFAULT_SIZE
         while len(cache) > limit:
             cache.popitem(last=False)
-        return False
 
     # -- enqueue / requeue -----------------------------------------------------------------------
     def push(self, msg: Message) -> None:
@@ -234,8 +240,8 @@ class Queue:
             return
         if self._expiry_handle is not None:
             self._expiry_handle.cancel()
-        self._expiry_at = at
         self._expiry_handle = self.broker.call_later(max(0.0, at - time.time()), self._expiry_fired)
+        self._expiry_at = at if self._expiry_handle is not None else None  # None: no timer (no loop)
 
     def _expiry_fired(self) -> None:
         self._expiry_handle = None

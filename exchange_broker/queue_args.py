@@ -39,6 +39,23 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def amqp_type(v) -> str:
+    """The AMQP field type name RabbitMQ prints in {unacceptable_type,...}."""
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "signedint" if -2 ** 31 <= v < 2 ** 31 else "long"
+    if isinstance(v, float):
+        return "double"
+    if isinstance(v, dict):
+        return "table"
+    if isinstance(v, (list, tuple)):
+        return "array"
+    if v is None:
+        return "void"
+    return "longstr"
+
+
 def parse_queue_arguments(arguments: dict | None, describe: str) -> QueueOptions:
     """Validate arguments as RabbitMQ does; a bad value is a 406 naming the argument."""
     args = arguments or {}
@@ -53,11 +70,13 @@ def parse_queue_arguments(arguments: dict | None, describe: str) -> QueueOptions
             return None
         v = args[name]
         if not _is_int(v):
-            raise bad(name, f"{{unacceptable_type,{type(v).__name__}}}")
+            raise bad(name, f'"expected integer, got {amqp_type(v)}"')
+        if v < 0:
+            raise bad(name, f"{{value_negative,{v}}}")
         if v < minimum:
-            raise bad(name, f"{{value_too_small,{v}}}" if minimum > 0 else f"{{value_negative,{v}}}")
+            raise bad(name, f"{{value_zero,{v}}}")
         if maximum is not None and v > maximum:
-            raise bad(name, f"{{value_too_large,{v},{maximum}}}")
+            raise bad(name, f"{{max_value_exceeded,{v}}}")
         return v
 
     opts.message_ttl = int_arg("x-message-ttl", 0)
@@ -71,7 +90,7 @@ def parse_queue_arguments(arguments: dict | None, describe: str) -> QueueOptions
     if "x-overflow" in args:
         v = _text(args["x-overflow"])
         if v not in OVERFLOW_MODES:
-            raise bad("x-overflow", f"{{unknown_overflow_mode,{v}}}")
+            raise bad("x-overflow", "invalid_overflow")
         opts.overflow = v
     if "x-dead-letter-exchange" in args:
         v = _text(args["x-dead-letter-exchange"])
@@ -83,11 +102,11 @@ def parse_queue_arguments(arguments: dict | None, describe: str) -> QueueOptions
         if not isinstance(v, str):
             raise bad("x-dead-letter-routing-key", "{unacceptable_type}")
         if opts.dead_letter_exchange is None:
-            raise bad("x-dead-letter-routing-key", "x-dead-letter-exchange is not set")
+            raise bad("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
         opts.dead_letter_routing_key = v
     for name in ("x-single-active-consumer", "x-message-deduplication"):
         if name in args and not isinstance(args[name], bool):
-            raise bad(name, f"{{unacceptable_type,{type(args[name]).__name__}}}")
+            raise bad(name, f"{{unacceptable_type,{amqp_type(args[name])}}}")
     opts.single_active_consumer = bool(args.get("x-single-active-consumer", False))
     opts.deduplication = bool(args.get("x-message-deduplication", False))
     return opts
@@ -100,9 +119,12 @@ def parse_expiration(value) -> int | None:
     text = _text(value)
     try:
         ms = int(text)
-        if ms < 0 or str(ms) != text.strip():
+        if str(ms) != text.strip():
             raise ValueError
     except (TypeError, ValueError):
-        raise AMQPError(PRECONDITION_FAILED, f"invalid expiration '{text}': {{error,no_integer}}", 60, 40,
+        raise AMQPError(PRECONDITION_FAILED, f"invalid expiration '{text}': no_integer", 60, 40,
                         hard=False) from None
+    if ms < 0:
+        raise AMQPError(PRECONDITION_FAILED, f"invalid expiration '{text}': {{value_negative,{ms}}}",
+                        60, 40, hard=False)
     return ms

@@ -9,6 +9,7 @@ from pamqp import decode as pdecode
 from .broker import Broker
 from .exchange import Exchange
 from .sql_durability import SqlDurability, message_from_row
+from .users import restore_access
 
 log = logging.getLogger("exchange_broker.recovery")
 
@@ -23,6 +24,7 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
     """Load vhosts, durable exchanges, queues and bindings; page in each queue's first window."""
     store = durability.store
     defs = store.load_definitions()
+    restore_access(broker, durability, defs)  # users and permissions, or seed a fresh store
     counts = {"vhosts": 0, "exchanges": 0, "queues": 0, "bindings": 0, "messages": 0}
     for v in defs.vhosts:
         broker.add_vhost(v["name"], store=False)
@@ -37,11 +39,18 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
         vh._add_exchange(ex)
         counts["exchanges"] += 1
     max_id = 0
+    to_page = []
     for r in defs.queues:
         vh = broker.add_vhost(r["vhost"], store=False)
         q = broker.make_queue(vh, r["name"], True, None, r["auto_delete"], decode_args(r["arguments"]))
         q.store_id = r["id"]
         max_id = max(max_id, r["id"])
+        if q.is_stream:  # a stream rebuilds its log state itself (stream.py)
+            q.restore(durability, r)
+            vh.queues[q.name] = q
+            counts["queues"] += 1
+            counts["messages"] += q.message_count
+            continue
         q.next_seq = (r["max_seq"] or 0) + 1
         q.paged = r["message_count"] or 0
         q.page_cursor = (r["min_seq"] or 1) - 1
@@ -52,8 +61,7 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
         counts["queues"] += 1
         counts["messages"] += q.paged
         if q.paged:
-            rows = store.load_messages(q.store_id, q.page_cursor, min(q.window or q.paged, q.paged))
-            q.refilled([message_from_row(q, row) for row in rows], q.page_epoch)
+            to_page.append(q)
     durability.next_queue_id = max_id + 1
     for b in defs.bindings:
         vh = broker.vhosts.get(b["vhost"])
@@ -66,6 +74,11 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
             continue
         ex.index.bind((kind, b["destination"]), b["routing_key"], decode_args(b["arguments"]))
         counts["bindings"] += 1
+    # messages last: one that expired while the broker was down is dead-lettered now, and its
+    # dead-letter exchange, bindings and queue must all be back by then
+    for q in to_page:
+        rows = store.load_messages(q.store_id, q.page_cursor, min(q.window or q.paged, q.paged))
+        q.refilled([message_from_row(q, row) for row in rows], q.page_epoch)
     log.info("recovered %(vhosts)d vhosts, %(exchanges)d exchanges, %(queues)d queues, "
              "%(bindings)d bindings, %(messages)d messages", counts)
     return counts

@@ -6,17 +6,20 @@ No asyncio here either: the server hands us bytes and a ``write``/``close`` pair
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Callable
 
 from pamqp import commands
 from pamqp import decode as pdecode
 
+from . import permissions as perms
 from .channel import Channel
 from .protocol import codec
 from .protocol import events as ev
 from .protocol.connection import ServerConnection, TooLarge
 from .protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, INTERNAL_ERROR, NOT_FOUND,
                                  NOT_IMPLEMENTED, PRECONDITION_FAILED)
+from .names import generated
 from .protocol.errors import AMQPError
 from .reply_to import PSEUDO_QUEUE
 
@@ -97,7 +100,7 @@ class Session:
                             10, 11, hard=True) from None
         host = self.peer[0] if self.peer else ""
         loopback = host.startswith("127.") or host in ("::1", "localhost", "") or host.startswith("::ffff:127.")
-        return self.broker.authenticate(user, password, loopback)
+        return self.broker.authenticate(user, password, loopback, mechanism)
 
     # -- input ---------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -227,7 +230,9 @@ class Session:
         self._error(channel, err)
 
     def _update_reading(self) -> None:
-        want = not self.throttled_by and not self.blocked and not self.closed
+        # paused: the client does not read what we write; stop reading its requests too, so
+        # the replies it provokes cannot pile up in our write buffer without bound
+        want = not self.throttled_by and not self.blocked and not self.closed and not self.paused
         if want != self.reading:
             self.reading = want
             self._set_reading(want)
@@ -235,10 +240,12 @@ class Session:
     def pause_writing(self) -> None:
         self.paused = True
         self.writable = False
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
         self.writable = True
+        self._update_reading()
         self._redispatch()
 
     def _redispatch(self) -> None:
@@ -261,7 +268,26 @@ class Session:
             raise err.for_method(m.index >> 16, m.index & 0xFFFF)
 
     def _reply(self, ch: Channel, method) -> None:
+        if type(method) in _DEFINITION_REPLIES:
+            pending = getattr(self.broker.durability, "pending_definition", None)
+            if pending is not None and not pending.done:
+                # as in RabbitMQ, declare-ok & co. mean the definition is stored: a crash
+                # right after the reply must not lose it (the writer commits in order)
+                pending.add(self._definition_stored, (ch, method))
+                return
         self.conn.send_method(ch.number, method)
+
+    def _definition_stored(self, arg: tuple, ok: bool) -> None:
+        ch, method = arg
+        if ch.closed or self.closed:
+            return
+        if ok:
+            self.conn.send_method(ch.number, method)
+        else:
+            self._error(ch.number, AMQPError(INTERNAL_ERROR, "could not store the definition",
+                                             method.index >> 16, (method.index & 0xFFFF) - 1,
+                                             hard=True))
+        self.mark_dirty()
 
     def _queue_name(self, ch: Channel, name: str, cid: int, mid: int) -> str:
         if name == "":
@@ -284,22 +310,26 @@ class Session:
 
     # exchange
     def _exchange_declare(self, ch: Channel, m) -> None:
+        perms.exchange_declare(self, m)
         self.vhost.declare_exchange(m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete,
                                     m.internal, m.arguments)
         if not m.nowait:
             self._reply(ch, E.DeclareOk())
 
     def _exchange_delete(self, ch: Channel, m) -> None:
+        perms.exchange_delete(self, m.exchange)
         self.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self._reply(ch, E.DeleteOk())
 
     def _exchange_bind(self, ch: Channel, m) -> None:
+        perms.binding(self, "exchange", m.destination, m.source)
         self.vhost.bind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 30, self)
         if not m.nowait:
             self._reply(ch, E.BindOk())
 
     def _exchange_unbind(self, ch: Channel, m) -> None:
+        perms.binding(self, "exchange", m.destination, m.source)
         self.vhost.unbind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 40, self)
         if not m.nowait:
             self._reply(ch, E.UnbindOk())
@@ -310,8 +340,13 @@ class Session:
             if not m.nowait:
                 self._reply(ch, Q.DeclareOk(PSEUDO_QUEUE, 0, 0))
             return
+        server_name = None
+        if not m.passive:
+            server_name = generated("amq.gen-") if m.queue == "" else None
+            if server_name or not m.queue.startswith("amq."):  # reserved-prefix 403 comes first
+                perms.queue_declare(self, server_name or m.queue, m.arguments)
         q = self.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive, m.auto_delete,
-                                     m.arguments, owner=self)
+                                     m.arguments, owner=self, server_name=server_name)
         ch.last_queue = q.name
         if not m.nowait:
             self._reply(ch, Q.DeclareOk(q.name, q.message_count, len(q.consumers)))
@@ -321,23 +356,28 @@ class Session:
         name = self._queue_name(ch, m.queue, 50, 20)
         if m.queue == "" and rk == "":
             rk = name
+        perms.binding(self, "queue", name, m.exchange)
         self.vhost.bind(m.exchange, "queue", name, rk, m.arguments, 50, 20, self)
         if not m.nowait:
             self._reply(ch, Q.BindOk())
 
     def _queue_unbind(self, ch: Channel, m) -> None:
         name = self._queue_name(ch, m.queue, 50, 50)
+        perms.binding(self, "queue", name, m.exchange)
         self.vhost.unbind(m.exchange, "queue", name, m.routing_key, m.arguments, 50, 50, self)
         self._reply(ch, Q.UnbindOk())
 
     def _queue_purge(self, ch: Channel, m) -> None:
-        count = self.vhost.purge_queue(self._queue_name(ch, m.queue, 50, 30), self)
+        name = self._queue_name(ch, m.queue, 50, 30)
+        perms.check(self, perms.READ, "queue", name)
+        count = self.vhost.purge_queue(name, self)
         if not m.nowait:
             self._reply(ch, Q.PurgeOk(count))
 
     def _queue_delete(self, ch: Channel, m) -> None:
-        count = self.vhost.delete_queue(self._queue_name(ch, m.queue, 50, 40), m.if_unused, m.if_empty,
-                                        self)
+        name = self._queue_name(ch, m.queue, 50, 40)
+        perms.check(self, perms.CONFIGURE, "queue", name)
+        count = self.vhost.delete_queue(name, m.if_unused, m.if_empty, self)
         if not m.nowait:
             self._reply(ch, Q.DeleteOk(count))
 
@@ -360,7 +400,9 @@ class Session:
             if not m.nowait:
                 self._reply(ch, B.ConsumeOk(tag))
             return
-        q = self.vhost.get_queue(self._queue_name(ch, m.queue, 60, 20), self, 60, 20)
+        name = self._queue_name(ch, m.queue, 60, 20)
+        perms.check(self, perms.READ, "queue", name)
+        q = self.vhost.get_queue(name, self, 60, 20)
         if q.is_stream:  # stream consume rules, before consume-ok (stream.py)
             q.check_consume(ch, m)
         consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, m.arguments)
@@ -374,7 +416,9 @@ class Session:
             self._reply(ch, B.CancelOk(m.consumer_tag))
 
     def _basic_get(self, ch: Channel, m) -> None:
-        q = self.vhost.get_queue(self._queue_name(ch, m.queue, 60, 70), self, 60, 70)
+        name = self._queue_name(ch, m.queue, 60, 70)
+        perms.check(self, perms.READ, "queue", name)
+        q = self.vhost.get_queue(name, self, 60, 70)
         msg = q.get()
         if msg is None:
             self._reply(ch, B.GetEmpty())
@@ -382,6 +426,7 @@ class Session:
         tag = ch.next_tag
         ch.next_tag += 1
         q.stats_delivered += 1
+        self.broker.stats["get"] = self.broker.stats.get("get", 0) + 1
         self.conn.send_parts(codec.get_ok_frames(
             ch.number, tag, msg.redelivered, codec.short_str(msg.exchange),
             codec.short_str(msg.routing_key), q.message_count, msg.properties, msg.body,
@@ -391,6 +436,7 @@ class Session:
         else:
             ch.unacked[tag] = (msg, None)
             q.unacked += 1
+            msg.delivered_at = time.monotonic()  # the consumer timeout covers basic.get too
             self.broker.delivered(msg)
 
     def _basic_recover(self, ch: Channel, m) -> None:
@@ -444,6 +490,10 @@ class Session:
         ch.tx_rollback()
         self._reply(ch, commands.Tx.RollbackOk())
 
+
+# replies that promise a stored definition (sent once the definition write has committed)
+_DEFINITION_REPLIES = frozenset({E.DeclareOk, E.DeleteOk, E.BindOk, E.UnbindOk, Q.DeclareOk,
+                                 Q.BindOk, Q.UnbindOk, Q.PurgeOk, Q.DeleteOk})
 
 _HANDLERS = {
     C.Flow: Session._channel_flow,

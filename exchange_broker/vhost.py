@@ -264,14 +264,17 @@ class VHost:
 
     def declare_queue(self, name: str, passive: bool = False, durable: bool = False,
                       exclusive: bool = False, auto_delete: bool = False,
-                      arguments: dict | None = None, owner: object = None) -> Queue:
+                      arguments: dict | None = None, owner: object = None,
+                      server_name: str | None = None) -> Queue:
         cid, mid = 50, 10
         arguments = arguments or {}
         if passive:
-            return self.get_queue(name, owner, cid, mid)
+            q = self.get_queue(name, owner, cid, mid)
+            q.touch()  # RabbitMQ: a passive declare also restarts the x-expires countdown
+            return q
         server_named = name == ""
         if server_named:
-            name = generated("amq.gen-")
+            name = server_name or generated("amq.gen-")  # server_name: checked for permission
         check_name("queue", name, cid, mid)
         existing = self.queues.get(name)
         if name.startswith("amq.") and not server_named:  # RabbitMQ: even when it exists
