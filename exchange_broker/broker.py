@@ -13,6 +13,8 @@ import routing
 from pamqp import commands
 
 from . import __version__
+from . import permissions as perms
+from . import users as users_mod
 from .auth import User, hash_password
 from .durability import NullDurability, Waiter
 from .exchange import Exchange
@@ -22,8 +24,9 @@ from .deadletter import dead_lettered_copy, is_cycle
 from .protocol.constants import ACCESS_REFUSED, NOT_ALLOWED, PRECONDITION_FAILED
 from .protocol.errors import AMQPError
 from .queue import FLOW_HIGH, Queue
-from .queue_args import parse_queue_arguments
+from .queue_args import amqp_type, parse_queue_arguments
 from .reply_to import ReplyTo
+from .stream import find_stream, make_typed_queue
 from .vhost import VHost
 
 if TYPE_CHECKING:
@@ -40,7 +43,7 @@ CAPABILITIES = {
     "consumer_priorities": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "direct_reply_to": False,
+    "direct_reply_to": True,
 }
 
 
@@ -61,6 +64,7 @@ class Broker:
         self.alarms: dict[str, str] = {}
         self.reply_to = ReplyTo()  # resource alarms in force: name -> detail
         self.loopback_users = set(loopback_users)
+        self.max_connections = 0  # open AMQP connections allowed (0: no limit); 530 beyond it
         self._dirty: list["Session"] = []
         self._flush_scheduled = False
         self.schedule_flush: Callable[[], None] = lambda: None
@@ -99,11 +103,30 @@ class Broker:
             password_hash = hash_password(password) if password else ""
         user = User(name, password_hash, hashing_algorithm or HASHING_SHA256, list(tags or []))
         self.users[name] = user
+        if store:
+            users_mod.stored_user(self, user)
         return user
 
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str,
                         store: bool = True) -> None:
         self.permissions[(user, vhost)] = (configure, write, read)
+        if store:
+            users_mod.stored_permission(self, user, vhost)
+
+    # users.py: run-time changes (stored, and applied to open connections as RabbitMQ does)
+    def set_user_tags(self, name: str, tags: list[str]) -> bool:
+        return users_mod.set_user_tags(self, name, tags)
+
+    def delete_user(self, name: str) -> bool:
+        """Remove the user and its permissions; its connections are closed with 320."""
+        return users_mod.delete_user(self, name)
+
+    def clear_permissions(self, user: str, vhost: str) -> bool:
+        return users_mod.clear_permissions(self, user, vhost)
+
+    def delete_vhost(self, name: str) -> bool:
+        """Close its connections (320), drop its queues, exchanges and permissions."""
+        return users_mod.delete_vhost(self, name)
 
     def make_index(self, type: str, arguments: dict):
         factory = self.extra_exchange_types.get(type)
@@ -111,6 +134,10 @@ class Broker:
 
     def make_queue(self, vhost: VHost, name: str, durable: bool, owner, auto_delete: bool,
                    arguments: dict) -> Queue:
+        if arguments.get("x-queue-type") is not None:  # x-queue-type: stream.py (406 if unknown)
+            typed = make_typed_queue(self, vhost, name, durable, owner, auto_delete, arguments)
+            if typed is not None:
+                return typed
         options = parse_queue_arguments(arguments, vhost.describe("queue", name))
         q = Queue(vhost.name, name, durable, owner, auto_delete, arguments, options)
         q.broker = self
@@ -121,25 +148,30 @@ class Broker:
         return q
 
     # -- authentication ------------------------------------------------------------------------
-    def authenticate(self, username: str, password: str, peer_is_loopback: bool) -> str:
+    def authenticate(self, username: str, password: str, peer_is_loopback: bool,
+                     mechanism: str = "PLAIN") -> str:
         user = self.users.get(username)
         if user is None or not user.check(password):
-            raise AMQPError(ACCESS_REFUSED, f"Login was refused using authentication mechanism PLAIN. "
-                            f"For details see the broker logfile.", 10, 11, hard=True)
-        if username in self.loopback_users and not peer_is_loopback:
-            raise AMQPError(ACCESS_REFUSED, f"User '{username}' can only connect via localhost",
-                            10, 11, hard=True)
+            raise AMQPError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
+                            f"{mechanism}. For details see the broker logfile.", 10, 11, hard=True)
+        if username in self.loopback_users and not peer_is_loopback:  # RabbitMQ's loopback_users
+            raise AMQPError(ACCESS_REFUSED, f"{mechanism} login refused: user '{username}' can only "
+                            f"connect via localhost", 10, 11, hard=True)
         return username
 
     def open_vhost(self, user: str, vhost: str) -> None:
+        if self.max_connections and len(self.sessions) >= self.max_connections:
+            raise AMQPError(NOT_ALLOWED, f"connection refused: node connection limit "
+                            f"({self.max_connections}) is reached", 10, 40, hard=True)
         if vhost not in self.vhosts:
             raise AMQPError(NOT_ALLOWED, f"vhost {vhost} not found", 10, 40, hard=True)
         if (user, vhost) not in self.permissions:
             raise AMQPError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{user}'",
                             10, 40, hard=True)
 
-    def check_write(self, session: "Session", ex: Exchange) -> None:
-        """Permission hook on publish (issue 8 fills this in)."""
+    def check_write(self, session: "Session", exchange: str) -> None:
+        """basic.publish: write permission on the exchange (403 before the 404, as RabbitMQ)."""
+        perms.check(session, perms.WRITE, "exchange", exchange)
 
     # -- publish path --------------------------------------------------------------------------
     def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
@@ -172,6 +204,9 @@ class Broker:
         for q in queues:
             m = msg if first else msg.copy()
             first = False
+            if q.is_stream:  # stream queues append to their log (stream.py)
+                waiter = q.append(m, publisher) or waiter
+                continue
             if not q.admit(m, per_message_ttl):
                 rejected = rejected or m.rejected
                 continue
@@ -194,6 +229,9 @@ class Broker:
             if isinstance(value, list):
                 keys += [k.decode("utf-8", "replace") if isinstance(k, bytes) else k
                          for k in value if isinstance(k, (str, bytes))]
+            elif name in headers:  # RabbitMQ: CC/BCC must be an array (of longstr)
+                raise AMQPError(PRECONDITION_FAILED, f'invalid message: {{unacceptable_type_in_header,'
+                                f'"{name}",{amqp_type(value)}}}', 60, 40, hard=False)
         seen = set(queues)
         out = list(queues)
         for key in keys:
@@ -232,8 +270,14 @@ class Broker:
         dlx = q.options.dead_letter_exchange
         vh = self.vhosts.get(q.vhost)
         ex = vh.exchanges.get(dlx) if (vh is not None and dlx is not None) else None
+        copy = None
         if ex is not None:
-            copy = dead_lettered_copy(msg, q.name, reason, dlx, q.options.dead_letter_routing_key)
+            try:
+                copy = dead_lettered_copy(msg, q.name, reason, dlx, q.options.dead_letter_routing_key)
+            except AMQPError as err:  # undecodable properties (published raw): cannot add x-death
+                log.warning("message from queue '%s' in vhost '%s' dropped, not dead-lettered: %s",
+                            q.name, q.vhost, err.text)
+        if copy is not None:
             headers = copy.headers
             queues = vh.route(ex, copy.routing_key, headers)
             if q.options.dead_letter_routing_key is None and headers and ("CC" in headers):
@@ -241,7 +285,7 @@ class Broker:
             queues = [t for t in queues if not is_cycle(copy, t.name)]
             if queues:
                 self.enqueue(queues, copy)
-        elif dlx is not None:
+        elif dlx is not None and ex is None:
             log.debug("dead-letter exchange '%s' of queue '%s' does not exist; message dropped", dlx, q.name)
         if settle:
             self.settle(msg)
@@ -258,6 +302,24 @@ class Broker:
         if self._call_later is None:
             return None
         return self._call_later(delay, fn)
+
+    # -- stream queues: named consumer offsets and log state (stream.py; for the admin API) ------
+    def stream_offset(self, vhost: str, queue: str, name: str) -> int | None:
+        """The stored offset of named consumer ``name`` on stream ``queue`` (None: none stored).
+        KeyError: no such queue; ValueError: not a stream."""
+        return find_stream(self, vhost, queue).query_offset(name)
+
+    def set_stream_offset(self, vhost: str, queue: str, name: str, offset: int) -> None:
+        """Store an offset for a named consumer (its next consume without x-stream-offset starts
+        at offset + 1)."""
+        find_stream(self, vhost, queue).set_offset(name, offset)
+
+    def stream_offsets(self, vhost: str, queue: str) -> dict[str, int]:
+        return dict(find_stream(self, vhost, queue).offsets)
+
+    def stream_info(self, vhost: str, queue: str) -> dict:
+        """first/next offset, message and byte counts, segments, consumers, stored offsets."""
+        return find_stream(self, vhost, queue).info()
 
     # -- resource alarms (memory high watermark, disk free limit) -------------------------------
     def alarm_reason(self) -> str:

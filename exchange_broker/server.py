@@ -100,8 +100,11 @@ class AMQPProtocol(asyncio.Protocol):
 
 class BrokerServer:
     def __init__(self, broker: Broker, host: str = "0.0.0.0", port: int = 5672, *,
-                 limits: dict | None = None, handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
+                 limits: dict | None = None, handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 tls=None) -> None:
         self.broker = broker
+        self.tls = tls  # tls.TLSConfig: an amqps listener besides the plain one
+        self._tls_server: asyncio.base_events.Server | None = None
         self.host = host
         self.port = port
         self.limits = limits or {}
@@ -123,6 +126,13 @@ class BrokerServer:
         self.port = sock.getsockname()[1]
         self._ticker = loop.create_task(self._tick())
         log.info("AMQP listener on %s:%d", self.host, self.port)
+        if self.tls is not None:
+            from .tls import start_listener
+            self._tls_server = await start_listener(self, self.tls)
+
+    @property
+    def tls_port(self) -> int:
+        return self.tls.port if self._tls_server is not None else 0
 
     async def _tick(self) -> None:
         while True:
@@ -144,6 +154,8 @@ class BrokerServer:
         """Close listeners, send connection.close 320 to every client, wait, then cut them."""
         if self._server is not None:
             self._server.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
         for proto in list(self.protocols):
             if proto.session is not None and proto.session.conn.state == "opened":
                 proto.session.server_close(CONNECTION_FORCED, "broker shutdown")
@@ -157,6 +169,8 @@ class BrokerServer:
             self._ticker.cancel()
         if self._server is not None:
             await self._server.wait_closed()
+        if self._tls_server is not None:
+            await self._tls_server.wait_closed()
 
 
 def install_signal_handlers(stop_event: asyncio.Event) -> None:

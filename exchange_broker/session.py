@@ -268,25 +268,31 @@ class Session:
             raise err.for_method(m.index >> 16, m.index & 0xFFFF)
 
     def _reply(self, ch: Channel, method) -> None:
-        if type(method) in _DEFINITION_REPLIES:
-            pending = getattr(self.broker.durability, "pending_definition", None)
-            if pending is not None and not pending.done:
-                # as in RabbitMQ, declare-ok & co. mean the definition is stored: a crash
-                # right after the reply must not lose it (the writer commits in order)
-                pending.add(self._definition_stored, (ch, method))
-                return
+        if type(method) in _DEFINITION_REPLIES and \
+                self._defer_reply(ch, method, method.index >> 16, (method.index & 0xFFFF) - 1):
+            return
         self.conn.send_method(ch.number, method)
 
+    def _defer_reply(self, ch: Channel, reply, class_id: int, method_id: int) -> bool:
+        """Hold a definition reply (a method, or raw frame bytes) until the definition is stored:
+        as in RabbitMQ, declare-ok & co. mean a crash right after them cannot lose it."""
+        pending = getattr(self.broker.durability, "pending_definition", None)
+        if pending is None or pending.done:
+            return False
+        pending.add(self._definition_stored, (ch, reply, class_id, method_id))
+        return True
+
     def _definition_stored(self, arg: tuple, ok: bool) -> None:
-        ch, method = arg
+        ch, reply, class_id, method_id = arg
         if ch.closed or self.closed:
             return
-        if ok:
-            self.conn.send_method(ch.number, method)
-        else:
+        if not ok:
             self._error(ch.number, AMQPError(INTERNAL_ERROR, "could not store the definition",
-                                             method.index >> 16, (method.index & 0xFFFF) - 1,
-                                             hard=True))
+                                             class_id, method_id, hard=True))
+        elif isinstance(reply, (bytes, bytearray)):
+            self.conn.send_raw(reply)
+        else:
+            self.conn.send_method(ch.number, reply)
         self.mark_dirty()
 
     def _queue_name(self, ch: Channel, name: str, cid: int, mid: int) -> str:
@@ -349,7 +355,9 @@ class Session:
                                      m.arguments, owner=self, server_name=server_name)
         ch.last_queue = q.name
         if not m.nowait:
-            self._reply(ch, Q.DeclareOk(q.name, q.message_count, len(q.consumers)))
+            frame = codec.queue_declare_ok_frame(ch.number, q.name, q.message_count, len(q.consumers))
+            if not self._defer_reply(ch, frame, 50, 10):  # a durable queue: once it is stored
+                self.conn.send_raw(frame)
 
     def _queue_bind(self, ch: Channel, m) -> None:
         rk = m.routing_key

@@ -50,6 +50,7 @@ class SqlDurability:
         self.paging_queues: set = set()
         self.on_commit: list[Callable[[], None]] = [self._evict_all]  # on the loop after a good batch
         self.on_health: Callable[[bool, str], None] = lambda ok, why: None
+        self.pending_definition: Waiter | None = None  # the last definition write submitted
 
     def start(self) -> None:
         self.writer.start()
@@ -73,9 +74,11 @@ class SqlDurability:
         self._appends, self._removes, self._marks, self._waiter = [], [], {}, None
 
     def _definition(self, fn: Callable) -> None:
-        """An ordered definition write: everything submitted before it is written first."""
+        """An ordered definition write: everything submitted before it is written first.
+        ``pending_definition`` fires once it is committed: declare-ok & co. wait for it."""
         self._submit()
-        self.writer.submit_call(None, fn)
+        waiter = self.pending_definition = Waiter()
+        self.writer.submit_call(waiter, fn)
 
     def _on_done_thread(self, tokens: list, error: BaseException | None) -> None:
         try:
@@ -132,7 +135,8 @@ class SqlDurability:
         if not q.durable or q.store_id is None or q.deleted:
             return
         self._submit()
-        self.writer.submit(None, purges=(q.store_id,))
+        waiter = self.pending_definition = Waiter()  # purge-ok waits for it too
+        self.writer.submit(waiter, purges=(q.store_id,))
 
     # -- definitions -------------------------------------------------------------------------------
     def vhost_added(self, name: str) -> None:
@@ -140,6 +144,20 @@ class SqlDurability:
 
     def vhost_deleted(self, name: str) -> None:
         self._definition(lambda s: s.delete_vhost(name))
+
+    # users and permissions (users.py)
+    def user_added(self, user) -> None:
+        name, pw, algo, tags = user.name, user.password_hash, user.hashing_algorithm, list(user.tags)
+        self._definition(lambda s: s.put_user(name, pw, algo, tags))
+
+    def user_deleted(self, name: str) -> None:
+        self._definition(lambda s: s.delete_user(name))
+
+    def permission_set(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
+        self._definition(lambda s: s.put_permission(user, vhost, configure, write, read))
+
+    def permission_cleared(self, user: str, vhost: str) -> None:
+        self._definition(lambda s: s.delete_permission(user, vhost))
 
     def exchange_declared(self, ex) -> None:
         args = encode_args(ex.arguments)
@@ -195,6 +213,8 @@ class SqlDurability:
     def refill(self, q) -> None:
         epoch, cursor = q.page_epoch, q.page_cursor
         limit = min(self.refill_batch, q.paged)
+        if q.window:  # read back no more than fills the in-memory window (large messages!)
+            limit = min(limit, max(1, q.window - len(q.ready)))
         fut = self.loop.run_in_executor(None, self.store.load_messages, q.store_id, cursor, limit)
         fut.add_done_callback(lambda f: self._refilled(q, epoch, f))
 

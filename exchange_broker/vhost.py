@@ -67,7 +67,7 @@ def _arg_mismatch(got, have) -> str:
 
 
 def _norm(value):
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
 
 
 class VHost:
@@ -293,7 +293,8 @@ class VHost:
                                     hard=False)
             for arg in QUEUE_EQUIVALENT_ARGS:
                 got, have = _norm(arguments.get(arg)), _norm(existing.arguments.get(arg))
-                if got != have and not (arg == "x-queue-type" and {got, have} <= {None, "classic"}):
+                if got != have and not (arg == "x-queue-type" and got in (None, "classic")
+                                        and have in (None, "classic")):  # values may be unhashable
                     raise AMQPError(PRECONDITION_FAILED, f"inequivalent arg '{arg}' for {desc}: "
                                     f"{_arg_mismatch(got, have)}", cid, mid, hard=False)
             existing.touch()

@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -120,6 +121,24 @@ class StreamOffset(Base):
     offset: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+class DelayedMessage(Base):
+    """A message held by an x-delayed-message exchange until ``due_ms`` (epoch milliseconds)."""
+
+    __tablename__ = "delayed_messages"
+    __table_args__ = (
+        Index("ix_delayed_messages_due_ms_id", "due_ms", "id"),  # windows are read in due order
+        Index("ix_delayed_messages_vhost_exchange", "vhost", "exchange"),  # exchange deletion
+    )
+    id: Mapped[int] = mapped_column(QueueIdType, primary_key=True, autoincrement=False)
+    vhost: Mapped[str] = mapped_column(String, nullable=False)
+    exchange: Mapped[str] = mapped_column(String, nullable=False)
+    routing_key: Mapped[str] = mapped_column(String, nullable=False)
+    properties: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    body: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    due_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    created_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
 vhosts = VHost.__table__
 users = User.__table__
 permissions = Permission.__table__
@@ -128,3 +147,4 @@ queues = Queue.__table__
 bindings = Binding.__table__
 messages = Message.__table__
 stream_offsets = StreamOffset.__table__
+delayed_messages = DelayedMessage.__table__

@@ -81,6 +81,7 @@ class GroupCommitWriter:
         self._in_flight = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._failures = 0  # consecutive failed batches (an outage): only the first logs a traceback
 
     @property
     def pending(self) -> int:
@@ -175,10 +176,17 @@ class GroupCommitWriter:
             error: BaseException | None = None
             try:
                 self._execute(ops)
+                self._failures = 0
             except Exception as exc:  # reported to the caller, writer keeps running
                 error = exc
                 what = "call" if isinstance(ops[0], _Call) else f"write of {len(ops)} operations"
-                log.error("persistence %s failed: %s", what, exc, exc_info=exc)
+                # a database outage fails every batch: one traceback, then one short line each
+                self._failures += 1
+                if self._failures == 1:
+                    log.error("persistence %s failed: %s", what, exc, exc_info=exc)
+                else:
+                    log.error("persistence %s failed (%d in a row): %s", what, self._failures,
+                              str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             tokens = [op.token for op in ops]
             with self._cond:
                 self._in_flight = 0

@@ -98,6 +98,16 @@ def short_str(value: str) -> bytes:
     return _short(value)
 
 
+_DECLARE_OK_COUNTS = struct.Struct(">II")
+
+
+def queue_declare_ok_frame(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
+    """queue.declare-ok, encoded here: pamqp's DeclareOk refuses names outside [A-Za-z0-9-_.:@#,/+ ]
+    that RabbitMQ (and this broker) accept, e.g. ``q!`` or ``é``."""
+    args = _short(queue) + _DECLARE_OK_COUNTS.pack(message_count & 0xFFFFFFFF, consumer_count & 0xFFFFFFFF)
+    return _DELIVER_HEAD.pack(FRAME_METHOD, channel, 4 + len(args), 50, 11) + args + FRAME_END_BYTE
+
+
 # --- decoding -------------------------------------------------------------------------------
 
 def method_id(payload: bytes) -> int:
@@ -144,7 +154,30 @@ def decode_method(payload: bytes) -> commands.Frame:
     except Exception as exc:  # pamqp raises struct.error, ValueError, IndexError, UnicodeError ...
         raise AMQPError(FRAME_ERROR, f"cannot decode {cls.name} arguments: {exc}",
                         mid >> 16, mid & 0xFFFF, hard=True) from None
+    for attr in ("arguments", "client_properties"):
+        if too_deep(getattr(method, attr, None)):
+            raise AMQPError(FRAME_ERROR, f"cannot decode {cls.name} arguments: field table nested "
+                            f"deeper than {MAX_TABLE_DEPTH} levels", mid >> 16, mid & 0xFFFF, hard=True)
     return method
+
+
+MAX_TABLE_DEPTH = 64  # nested tables/arrays accepted; deeper ones would break recursive code later
+
+
+def too_deep(value, limit: int = MAX_TABLE_DEPTH) -> bool:
+    """Is a decoded field value nested deeper than ``limit`` tables/arrays (checked without
+    recursion, so any depth is safe to ask about)?"""
+    if not isinstance(value, (dict, list)):
+        return False
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return True
+        for item in (v.values() if isinstance(v, dict) else v):
+            if isinstance(item, (dict, list)):
+                stack.append((item, depth + 1))
+    return False
 
 
 # --- content header properties, parsed lazily ---------------------------------------------------
@@ -172,6 +205,8 @@ def parse_properties(raw: bytes) -> dict:
             value = getattr(props, name)
             if value is not None:
                 out[name] = value
+        if too_deep(out.get("headers")):
+            raise ValueError(f"headers nested deeper than {MAX_TABLE_DEPTH} levels")
     except Exception as exc:
         raise AMQPError(SYNTAX_ERROR, f"malformed content header properties: {exc}", 60, 40,
                         hard=True) from None

@@ -24,7 +24,10 @@ class AMQPError(Exception):
     @property
     def reply_text(self) -> str:
         reply = f"{REPLY_NAMES.get(self.code, 'ERROR')} - {self.text}"
-        return reply[:255]
+        raw = reply.encode("utf-8")
+        if len(raw) <= 255:
+            return reply
+        return raw[:255].decode("utf-8", "ignore")  # a short string: at most 255 bytes of UTF-8
 
     def for_method(self, class_id: int, method_id: int) -> "AMQPError":
         if not self.class_id:

@@ -12,6 +12,7 @@ from persistence.models import Base
 
 TABLES = {
     "vhosts", "users", "permissions", "exchanges", "queues", "bindings", "messages", "stream_offsets",
+    "delayed_messages",
 }
 
 
@@ -40,7 +41,8 @@ def _diff(url: str) -> list:
 
 def test_migrations_folder_ships_with_package():
     folder = migrate.migrations_dir()
-    for name in ("env.py", "script.py.mako", "__init__.py", "versions/0001_initial.py"):
+    for name in ("env.py", "script.py.mako", "__init__.py", "versions/0001_initial.py",
+                 "versions/0002_delayed_messages.py"):
         assert (folder / name).is_file(), name
 
 

@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Stream queue benchmark: this broker against RabbitMQ's stream queues, in the same run.
+
+For each broker:
+
+1. declare a fresh stream queue (``x-queue-type: stream``, durable);
+2. publish ``--count`` messages of ``--size`` bytes (default 1,000,000 x 100 B) on one
+   connection in confirm mode, at most ``--max-unconfirmed`` in flight; the publish phase
+   ends when the last confirm arrives (every message is durably in the log);
+3. read the whole stream back from ``x-stream-offset: first`` with ``--consumers``
+   (default 2) independent consumers, each on its own connection, with ``basic.qos``
+   prefetch ``--prefetch`` and ``basic.ack multiple`` every prefetch/2 deliveries; the
+   read phase ends when every consumer has received every message;
+4. delete the queue.
+
+Reported: published (confirmed) msgs/s, and read msgs/s = consumers x count / read time
+(plus each consumer's own rate). This broker runs as a subprocess on a free port with a
+temporary ``--data-dir`` (SQLite); RabbitMQ is expected at ``--rabbit-host:--rabbit-port``
+(default 127.0.0.1:5672, guest/guest) and skipped when unreachable.
+
+The client is the lean raw-frame client of ``amqp_load.py`` (uvloop when installed).
+
+Examples::
+
+    python benchmarks/stream_bench.py                         # 1,000,000 messages, both brokers
+    python benchmarks/stream_bench.py --count 200000 --json
+    python benchmarks/stream_bench.py --no-rabbitmq --count 100000
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from pamqp import commands  # noqa: E402
+
+from amqp_load import AMQPError, Connection, Publisher, encode_publish  # noqa: E402
+
+
+# --------------------------------------------------------------------------
+# This broker as a subprocess
+# --------------------------------------------------------------------------
+class OurBroker:
+    def __init__(self, extra: list[str]) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="stream-bench-"))
+        self.extra = extra
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    def start(self, timeout: float = 60.0) -> "OurBroker":
+        port_file = self.dir / "port"
+        cmd = [sys.executable, "-m", "exchange_broker", "serve", "--host", "127.0.0.1",
+               "--port", "0", "--port-file", str(port_file), "--data-dir", str(self.dir / "data"),
+               "--heartbeat", "0", "--log-level", "WARNING", *self.extra]
+        if "--admin-port" not in self.extra and _serve_has("--admin-port"):
+            cmd += ["--admin-port", "0"]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        self.log = open(self.dir / "broker.log", "ab")
+        self.proc = subprocess.Popen(cmd, cwd=str(REPO), env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=self.log,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("broker exited during start-up:\n" + self.log_text())
+            try:
+                raw = port_file.read_text().strip()
+                if raw:
+                    self.port = int(raw)
+                    return self
+            except (FileNotFoundError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("broker did not start:\n" + self.log_text())
+            time.sleep(0.05)
+
+    def rss_mb(self) -> float | None:
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024.0
+        except (OSError, AttributeError):
+            return None
+        return None
+
+    def log_text(self) -> str:
+        try:
+            return (self.dir / "broker.log").read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _serve_has(option: str) -> bool:
+    sys.path.insert(0, str(REPO))
+    try:
+        from exchange_broker.cli import build_parser
+        serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # noqa: SLF001
+        return option in serve._option_string_actions  # noqa: SLF001
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------
+# One run against one broker
+# --------------------------------------------------------------------------
+async def run_one(label: str, host: str, port: int, opts, rss=None) -> dict:
+    qname = f"stream-bench-{uuid.uuid4().hex[:10]}"
+    args = (host, port, opts.user, opts.password, "/", 0, 10.0)
+    prod = Connection(f"{label}-producer")
+    consumers = [Connection(f"{label}-consumer-{i}") for i in range(opts.consumers)]
+    result: dict = {"broker": label, "count": opts.count, "size": opts.size,
+                    "consumers": opts.consumers, "prefetch": opts.prefetch,
+                    "max_unconfirmed": opts.max_unconfirmed}
+    declared = False
+    try:
+        await prod.open(*args)
+        result["server"] = _server_name(prod.server_properties)
+        await prod.rpc(commands.Queue.Declare(queue=qname, durable=True,
+                                              arguments={"x-queue-type": "stream"}),
+                       "Queue.DeclareOk")
+        declared = True
+        await prod.rpc(commands.Confirm.Select(), "Confirm.SelectOk")
+        message = encode_publish(Connection.CHANNEL, "", qname, bytes(opts.size), 2,
+                                 prod.frame_max)
+        batch = max(1, min(256, (256 * 1024) // len(message)))
+        pub = Publisher(prod, message, batch, window=opts.max_unconfirmed, limit=opts.count)
+        loop = asyncio.get_running_loop()
+
+        # -- publish --------------------------------------------------------------------------
+        t0 = loop.time()
+        await pub.run()
+        while prod.confirmed + prod.nacked < opts.count:
+            if prod.error is not None:
+                raise prod.error
+            prod.confirm_event.clear()
+            try:
+                await asyncio.wait_for(prod.confirm_event.wait(), 60)
+            except asyncio.TimeoutError:
+                raise AMQPError(f"{label}: confirms stalled at {prod.confirmed}") from None
+        t_pub = loop.time() - t0
+        if prod.nacked:
+            raise AMQPError(f"{label}: {prod.nacked} publishes nacked")
+        result["publish_seconds"] = round(t_pub, 3)
+        result["published_per_s"] = round(opts.count / t_pub, 1)
+        if rss is not None:
+            result["broker_rss_mb_after_publish"] = rss()
+
+        # -- read back from "first" with independent consumers -----------------------------------
+        for c in consumers:
+            await c.open(*args)
+            await c.rpc(commands.Basic.Qos(prefetch_count=opts.prefetch), "Basic.QosOk")
+            c.ack_every = max(1, opts.prefetch // 2)
+        t1 = loop.time()
+        done_at: dict[int, float] = {}
+        for i, c in enumerate(consumers):
+            await c.rpc(commands.Basic.Consume(queue=qname, consumer_tag=f"reader-{i}",
+                                               arguments={"x-stream-offset": "first"}),
+                        "Basic.ConsumeOk")
+        peak = 0.0
+        last_progress, last_total = loop.time(), -1
+        while len(done_at) < len(consumers):
+            await asyncio.sleep(0.01)
+            now = loop.time()
+            for i, c in enumerate(consumers):
+                if c.error is not None:
+                    raise c.error
+                if i not in done_at and c.deliveries >= opts.count:
+                    done_at[i] = now
+            total = sum(c.deliveries for c in consumers)
+            if total != last_total:
+                last_total, last_progress = total, now
+            elif now - last_progress > 60:
+                raise AMQPError(f"{label}: consumers stalled at "
+                                f"{[c.deliveries for c in consumers]}")
+            if rss is not None and int(now * 2) != int((now - 0.01) * 2):
+                peak = max(peak, rss() or 0.0)
+        t_read = max(done_at.values()) - t1
+        result["read_seconds"] = round(t_read, 3)
+        result["read_per_s"] = round(opts.count * len(consumers) / t_read, 1)
+        result["per_consumer_per_s"] = [round(opts.count / (done_at[i] - t1), 1)
+                                        for i in range(len(consumers))]
+        result["deliveries"] = [c.deliveries for c in consumers]
+        if rss is not None:
+            result["broker_rss_mb_peak_read"] = round(peak, 1)
+        for c in consumers:
+            c._flush_acks()  # noqa: SLF001
+    finally:
+        for c in consumers:
+            try:
+                await c.close()
+            except Exception:  # noqa: BLE001
+                pass
+        if declared and prod.error is None:
+            try:
+                await prod.rpc(commands.Queue.Delete(queue=qname), "Queue.DeleteOk", timeout=60)
+            except Exception as exc:  # noqa: BLE001
+                print(f"warning: {label}: queue.delete failed: {exc}", file=sys.stderr)
+        try:
+            await prod.close()
+        except Exception:  # noqa: BLE001
+            pass
+    return result
+
+
+def _server_name(props: dict) -> str:
+    def s(v):
+        return v.decode() if isinstance(v, bytes) else str(v)
+    return f"{s(props.get('product', '?'))} {s(props.get('version', ''))}".strip()
+
+
+# --------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--count", type=int, default=1_000_000, help="messages (default 1,000,000)")
+    p.add_argument("--size", type=int, default=100, help="body bytes (default 100)")
+    p.add_argument("--consumers", type=int, default=2, help="independent readers (default 2)")
+    p.add_argument("--prefetch", type=int, default=2000, help="consumer prefetch (default 2000)")
+    p.add_argument("--max-unconfirmed", type=int, default=10000,
+                   help="publishes in flight awaiting confirm (default 10000)")
+    p.add_argument("--user", default="guest")
+    p.add_argument("--password", default="guest")
+    p.add_argument("--rabbit-host", default="127.0.0.1")
+    p.add_argument("--rabbit-port", type=int, default=5672)
+    p.add_argument("--no-rabbitmq", action="store_true", help="only this broker")
+    p.add_argument("--no-ours", action="store_true", help="only RabbitMQ")
+    p.add_argument("--broker-arg", action="append", default=[],
+                   help="extra argument for `exchange_broker serve` (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-uvloop", action="store_true")
+    return p
+
+
+async def main_async(opts) -> list[dict]:
+    results = []
+    if not opts.no_ours:
+        ours = OurBroker(opts.broker_arg).start()
+        try:
+            results.append(await run_one("exchange-broker", "127.0.0.1", ours.port, opts,
+                                         rss=ours.rss_mb))
+        except Exception:
+            print(ours.log_text(), file=sys.stderr)
+            raise
+        finally:
+            ours.stop()
+    if not opts.no_rabbitmq:
+        if reachable(opts.rabbit_host, opts.rabbit_port):
+            results.append(await run_one("RabbitMQ", opts.rabbit_host, opts.rabbit_port, opts))
+        else:
+            print(f"RabbitMQ not reachable at {opts.rabbit_host}:{opts.rabbit_port}: skipped",
+                  file=sys.stderr)
+    return results
+
+
+def print_table(results: list[dict]) -> None:
+    rabbit = next((r for r in results if r["broker"] == "RabbitMQ"), None)
+    print(f"{results[0]['count']:,} messages x {results[0]['size']} B; "
+          f"{results[0]['consumers']} consumers from 'first', prefetch {results[0]['prefetch']}; "
+          f"publisher confirms, {results[0]['max_unconfirmed']} in flight")
+    head = f"{'broker':<26} {'publish msg/s':>14} {'read msg/s':>12} {'per consumer':>22}"
+    if rabbit:
+        head += f" {'publish ratio':>14} {'read ratio':>11}"
+    print(head)
+    for r in results:
+        per = " / ".join(f"{x:,.0f}" for x in r["per_consumer_per_s"])
+        line = (f"{r['server'][:26]:<26} {r['published_per_s']:>14,.0f} {r['read_per_s']:>12,.0f} "
+                f"{per:>22}")
+        if rabbit:
+            line += (f" {r['published_per_s'] / rabbit['published_per_s']:>14.2f}"
+                     f" {r['read_per_s'] / rabbit['read_per_s']:>11.2f}")
+        print(line)
+    for r in results:
+        if "broker_rss_mb_peak_read" in r:
+            print(f"{r['server']}: RSS {r['broker_rss_mb_after_publish']:.0f} MB after publishing, "
+                  f"peak {r['broker_rss_mb_peak_read']:.0f} MB while reading")
+
+
+def main(argv=None) -> int:
+    opts = build_parser().parse_args(argv)
+    runner = asyncio.run
+    if not opts.no_uvloop:
+        try:
+            import uvloop
+            runner = uvloop.run
+        except ImportError:
+            pass
+    try:
+        results = runner(main_async(opts))
+    except (AMQPError, OSError, RuntimeError, asyncio.TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not results:
+        return 2
+    if opts.json:
+        print(json.dumps(results))
+    else:
+        print_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""AMQP delivery -> DataFrame row conversion.  Pure Python + pyarrow: no JVM needed.
+
+Row schema (also in README.md)::
+
+    body          binary
+    queue         string
+    exchange      string
+    routing_key   string
+    delivery_tag  bigint      (per channel; only meaningful within one read)
+    redelivered   boolean
+    offset        bigint      (stream queues: the x-stream-offset; null otherwise)
+    timestamp     timestamp   (basic property timestamp, UTC; null when absent)
+    headers       map<string,string>   (typed AMQP values rendered as strings, see render_value)
+    properties    struct<content_type, content_encoding: string, delivery_mode, priority: int,
+                         correlation_id, reply_to, expiration, message_id, type, user_id,
+                         app_id: string>
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import json
+import math
+from typing import Any, Iterable, Sequence
+
+from .amqp import EMPTY_PROPERTIES, Delivery
+
+COLUMNS = ("body", "queue", "exchange", "routing_key", "delivery_tag", "redelivered", "offset",
+           "timestamp", "headers", "properties")
+PROPERTY_FIELDS = ("content_type", "content_encoding", "delivery_mode", "priority",
+                   "correlation_id", "reply_to", "expiration", "message_id", "type", "user_id",
+                   "app_id")
+_INT_PROPERTIES = ("delivery_mode", "priority")
+# index of each PROPERTY_FIELDS entry in amqp.Properties
+_PROP_INDEX = (0, 1, 3, 4, 5, 6, 7, 8, 10, 11, 12)
+
+DDL = ("body BINARY, queue STRING, exchange STRING, routing_key STRING, delivery_tag BIGINT, "
+       "redelivered BOOLEAN, offset BIGINT, timestamp TIMESTAMP, headers MAP<STRING, STRING>, "
+       "properties STRUCT<" + ", ".join(
+           f"{f}: {'INT' if f in _INT_PROPERTIES else 'STRING'}" for f in PROPERTY_FIELDS) + ">")
+
+STREAM_OFFSET_HEADER = "x-stream-offset"
+# AMQP timestamps are seconds; some publishers put milliseconds there.  Anything past this
+# (year ~5138) is read as milliseconds rather than failing the whole read.
+_MAX_SECONDS = 10 ** 11
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+# ---------------------------------------------------------------------------- header values
+def _iso(value: _dt.datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=_dt.timezone.utc)
+    value = value.astimezone(_dt.timezone.utc)
+    text = value.strftime("%Y-%m-%dT%H:%M:%S")
+    if value.microsecond:
+        text += f".{value.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def _float(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)
+
+
+def _bytes(value: bytes | bytearray | memoryview) -> str:
+    raw = bytes(value)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(raw).decode("ascii")
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _float(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return render_value(value)
+
+
+def render_value(value: Any) -> str | None:
+    """Render one typed AMQP field-table value as a string.
+
+    * void -> null; strings as is; booleans -> ``true``/``false``; integers -> decimal digits
+    * floats -> shortest round-trip repr (``NaN``, ``Infinity``, ``-Infinity``)
+    * decimals -> plain notation (``12.50``)
+    * timestamps -> ISO-8601 UTC (``2024-05-01T12:00:00Z``)
+    * byte arrays -> UTF-8 text when valid, else base64
+    * arrays / nested tables -> compact JSON (nested scalars keep their JSON type)
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _float(value)
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, _dt.datetime):
+        return _iso(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _bytes(value)
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False)
+    return str(value)
+
+
+def render_headers(headers: dict | None) -> list[tuple[str, str | None]] | None:
+    if headers is None:
+        return None
+    return [(str(k), render_value(v)) for k, v in headers.items()]
+
+
+def timestamp_micros(seconds: int | None) -> int | None:
+    if seconds is None:
+        return None
+    if seconds >= _MAX_SECONDS:       # milliseconds
+        return seconds * 1000
+    return seconds * 1_000_000
+
+
+def stream_offset(headers: dict | None) -> int | None:
+    if not headers:
+        return None
+    value = headers.get(STREAM_OFFSET_HEADER)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+# ---------------------------------------------------------------------------- rows
+def delivery_to_row(d: Delivery, queue: str, stream: bool = False) -> dict:
+    """One delivery as a plain dict in schema order (for tests and small reads)."""
+    p = d.properties
+    micros = timestamp_micros(p.timestamp)
+    return {
+        "body": bytes(d.body),
+        "queue": queue,
+        "exchange": d.exchange,
+        "routing_key": d.routing_key,
+        "delivery_tag": d.delivery_tag,
+        "redelivered": d.redelivered,
+        "offset": stream_offset(p.headers) if stream else None,
+        "timestamp": None if micros is None else _EPOCH + _dt.timedelta(microseconds=micros),
+        "headers": None if p.headers is None else dict(render_headers(p.headers)),
+        "properties": {f: p[i] for f, i in zip(PROPERTY_FIELDS, _PROP_INDEX)},
+    }
+
+
+# ---------------------------------------------------------------------------- schemas
+_ARROW_SCHEMA = None
+
+
+def arrow_schema():
+    """The Arrow schema Spark expects for the row schema (== pyspark's to_arrow_schema)."""
+    global _ARROW_SCHEMA
+    if _ARROW_SCHEMA is None:
+        import pyarrow as pa
+        props = pa.struct([(f, pa.int32() if f in _INT_PROPERTIES else pa.string())
+                           for f in PROPERTY_FIELDS])
+        _ARROW_SCHEMA = pa.schema([
+            ("body", pa.binary()), ("queue", pa.string()), ("exchange", pa.string()),
+            ("routing_key", pa.string()), ("delivery_tag", pa.int64()),
+            ("redelivered", pa.bool_()), ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("headers", pa.map_(pa.string(), pa.string())), ("properties", props),
+        ])
+    return _ARROW_SCHEMA
+
+
+def spark_schema():
+    """The row schema as a pyspark StructType (built without a JVM)."""
+    from pyspark.sql.types import (BinaryType, BooleanType, IntegerType, LongType, MapType,
+                                   StringType, StructField, StructType, TimestampType)
+    props = StructType([StructField(f, IntegerType() if f in _INT_PROPERTIES else StringType())
+                        for f in PROPERTY_FIELDS])
+    return StructType([
+        StructField("body", BinaryType()), StructField("queue", StringType()),
+        StructField("exchange", StringType()), StructField("routing_key", StringType()),
+        StructField("delivery_tag", LongType()), StructField("redelivered", BooleanType()),
+        StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+        StructField("headers", MapType(StringType(), StringType())),
+        StructField("properties", props),
+    ])
+
+
+def to_record_batch(deliveries: Sequence[Delivery], queue: str, stream: bool = False):
+    """Build one Arrow RecordBatch (columnar, one pass per column) from deliveries."""
+    import pyarrow as pa
+    schema = arrow_schema()
+    n = len(deliveries)
+    if n == 0:
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    props = [d[4] for d in deliveries]
+    no_props = props.count(EMPTY_PROPERTIES) == n if n else True
+    headers_type = schema.field("headers").type
+    ts_type = schema.field("timestamp").type
+    prop_type = schema.field("properties").type
+    offsets = None
+    if no_props:
+        headers = pa.nulls(n, type=headers_type)
+        timestamps = pa.nulls(n, type=ts_type)
+        prop_arrays = [pa.nulls(n, type=prop_type.field(f).type) for f in PROPERTY_FIELDS]
+    else:
+        header_col = [p[2] for p in props]
+        if header_col.count(None) != n:
+            headers = pa.array([None if h is None else render_headers(h) for h in header_col],
+                               type=headers_type)
+            if stream:
+                offsets = [stream_offset(h) for h in header_col]
+        else:
+            headers = pa.nulls(n, type=headers_type)
+        ts_col = [p[9] for p in props]
+        if ts_col.count(None) != n:
+            timestamps = pa.array([timestamp_micros(t) for t in ts_col], type=pa.int64()).cast(ts_type)
+        else:
+            timestamps = pa.nulls(n, type=ts_type)
+        prop_arrays = []
+        for f, i in zip(PROPERTY_FIELDS, _PROP_INDEX):
+            col = [p[i] for p in props]
+            t = prop_type.field(f).type
+            prop_arrays.append(pa.array(col, type=t) if col.count(None) != n else pa.nulls(n, type=t))
+    arrays = [
+        pa.array([d[5] for d in deliveries], type=pa.binary()),
+        pa.array([queue] * n, type=pa.string()),
+        pa.array([d[2] for d in deliveries], type=pa.string()),
+        pa.array([d[3] for d in deliveries], type=pa.string()),
+        pa.array([d[0] for d in deliveries], type=pa.int64()),
+        pa.array([d[1] for d in deliveries], type=pa.bool_()),
+        pa.array(offsets, type=pa.int64()) if offsets is not None else pa.nulls(n, type=pa.int64()),
+        timestamps,
+        headers,
+        pa.StructArray.from_arrays(prop_arrays, fields=list(prop_type)),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def to_table(deliveries: Sequence[Delivery], queue: str, stream: bool = False,
+             batch_rows: int = 65536):
+    """An Arrow Table made of RecordBatches of at most ``batch_rows`` rows."""
+    import pyarrow as pa
+    batches = [to_record_batch(deliveries[i:i + batch_rows], queue, stream)
+               for i in range(0, len(deliveries), batch_rows)]
+    return pa.Table.from_batches(batches, schema=arrow_schema())
+
+
+def rows_from_batches(batches: Iterable) -> list[dict]:
+    out: list[dict] = []
+    for b in batches:
+        out.extend(b.to_pylist())
+    return out

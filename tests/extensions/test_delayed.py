@@ -1,0 +1,500 @@
+"""Delayed-message exchange (type x-delayed-message, like rabbitmq_delayed_message_exchange).
+
+In-process broker (memory only) for the protocol behaviour and the timing measurement, and the
+real `exchange-broker serve` subprocess on SQLite and PostgreSQL for durability across SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+
+import aio_pika
+import pika
+import pika.exceptions
+import pytest
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
+
+from persistence.models import delayed_messages
+
+REPO = Path(__file__).resolve().parents[2]
+DELAYED = "x-delayed-message"
+
+
+def _run(coro, timeout: float = 30.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def _drain(ch, queue: str, count: int, timeout: float = 5.0) -> list[tuple[bytes, dict, float]]:
+    """(body, headers, arrival time) of up to ``count`` messages, waiting at most ``timeout``."""
+    out = []
+    deadline = time.monotonic() + timeout
+    for method, props, body in ch.consume(queue, auto_ack=True, inactivity_timeout=0.05):
+        if method is not None:
+            out.append((body, props.headers or {}, time.time()))
+        if len(out) >= count or time.monotonic() > deadline:
+            break
+    ch.cancel()
+    return out
+
+
+# -- declaration ---------------------------------------------------------------------------------
+def test_declare_requires_x_delayed_type(broker, pika_conn):
+    ch = pika_conn.channel()
+    for kind in ("direct", "fanout", "topic", "headers"):
+        ch.exchange_declare(f"dl-{kind}", DELAYED, arguments={"x-delayed-type": kind})
+        ch.exchange_declare(f"dl-{kind}", DELAYED, arguments={"x-delayed-type": kind})  # redeclare
+        ch.exchange_declare(f"dl-{kind}", DELAYED, passive=True)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.exchange_declare("dl-missing", DELAYED)
+    assert err.value.reply_code == 406
+    assert err.value.reply_text == ("PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' "
+                                    "must be an existing exchange type")
+    ch = pika_conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.exchange_declare("dl-int", DELAYED, arguments={"x-delayed-type": 5})
+    assert err.value.reply_code == 406
+    ch = pika_conn.channel()
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:  # like any unknown type
+        ch.exchange_declare("dl-bogus", DELAYED, arguments={"x-delayed-type": "bogus"})
+    assert err.value.reply_code == 503
+
+
+def test_delays_follow_due_time_not_publish_order(broker, channel):
+    ch = channel
+    ch.exchange_declare("dl", DELAYED, arguments={"x-delayed-type": "direct"})
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, "dl", "k")
+    t0 = time.time()
+    delays = [500, 100, 400, 200, 300]
+    for d in delays:
+        ch.basic_publish("dl", "k", str(d).encode(), pika.BasicProperties(headers={"x-delay": d,
+                                                                                  "keep": "me"}))
+    # no (valid) x-delay: routed at once and untouched, like the plugin
+    for h in (None, {"x-delay": 0}, {"x-delay": -50}, {"x-delay": "soon"}, {"x-delay": 2 ** 32}):
+        ch.basic_publish("dl", "k", b"now", pika.BasicProperties(headers=h))
+    got = _drain(ch, q, len(delays) + 5)
+    assert [b for b, _, _ in got[:5]] == [b"now"] * 5
+    assert [h.get("x-delay") for _, h, _ in got[:5]] == [None, 0, -50, "soon", 2 ** 32]
+    assert all(at - t0 < 0.09 for _, _, at in got[:5])
+    held = got[5:]
+    assert [int(b) for b, _, _ in held] == sorted(delays)
+    for body, headers, at in held:
+        d = int(body)
+        assert headers == {"x-delay": -d, "keep": "me"}  # the plugin negates x-delay on routing
+        assert at - t0 >= d / 1000 - 0.002, f"{d} ms message came early"
+
+
+def test_x_delay_value_types(broker, channel):
+    ch = channel
+    ch.exchange_declare("dlt", DELAYED, arguments={"x-delayed-type": "fanout"})
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, "dlt", "")
+    t0 = time.time()
+    ch.basic_publish("dlt", "", b"str", pika.BasicProperties(headers={"x-delay": "200"}))
+    ch.basic_publish("dlt", "", b"float",  # a decimal (pika has no float): truncated
+                     pika.BasicProperties(headers={"x-delay": Decimal("150.9")}))
+    got = _drain(ch, q, 2)
+    assert [(b, h["x-delay"]) for b, h, _ in got] == [(b"float", -150), (b"str", -200)]
+    assert got[0][2] - t0 >= 0.148 and got[1][2] - t0 >= 0.198
+
+
+def test_bindings_are_those_at_due_time_and_mandatory_is_not_returned(broker, channel):
+    ch = channel
+    ch.confirm_delivery()
+    returned = []
+    ch.add_on_return_callback(lambda *a: returned.append(a))
+    ch.exchange_declare("dlb", DELAYED, arguments={"x-delayed-type": "direct"})
+    # no binding yet: the plugin cannot know the route, so no basic.return and a positive confirm
+    ch.basic_publish("dlb", "late", b"x", pika.BasicProperties(headers={"x-delay": 300}),
+                     mandatory=True)
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, "dlb", "late")  # bound after the publish: counts, as in the plugin
+    got = _drain(ch, q, 1)
+    assert [b for b, _, _ in got] == [b"x"]
+    pika_conn = ch.connection
+    pika_conn.process_data_events(0.1)
+    assert returned == []
+
+
+def test_exchange_delete_drops_pending(broker, channel):
+    ch = channel
+    ch.exchange_declare("dld", DELAYED, arguments={"x-delayed-type": "fanout"})
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, "dld", "")
+    for _ in range(3):
+        ch.basic_publish("dld", "", b"gone", pika.BasicProperties(headers={"x-delay": 200}))
+    ch.exchange_delete("dld")
+    ch.exchange_declare("dld", DELAYED, arguments={"x-delayed-type": "fanout"})
+    ch.queue_bind(q, "dld", "")
+    ch.basic_publish("dld", "", b"new", pika.BasicProperties(headers={"x-delay": 300}))
+    got = _drain(ch, q, 2, timeout=0.8)
+    assert [b for b, _, _ in got] == [b"new"]
+    assert broker.call(lambda: broker.broker.delayed.pending) == 0
+
+
+def test_topic_and_headers_delayed_types_aio_pika(broker):
+    async def main():
+        conn = await aio_pika.connect(broker.url)
+        async with conn:
+            ch = await conn.channel(publisher_confirms=True)
+            topic = await ch.declare_exchange("dl-topic", DELAYED,
+                                              arguments={"x-delayed-type": "topic"})
+            hdrs = await ch.declare_exchange("dl-hdrs", DELAYED,
+                                             arguments={"x-delayed-type": "headers"})
+            q_star = await ch.declare_queue(exclusive=True)
+            q_hash = await ch.declare_queue(exclusive=True)
+            q_hdr = await ch.declare_queue(exclusive=True)
+            await q_star.bind(topic, "a.*")
+            await q_hash.bind(topic, "#.z")
+            await q_hdr.bind(hdrs, arguments={"x-match": "all", "color": "red"})
+            t0 = time.time()
+            for key, delay in (("a.b", 300), ("a.z", 100), ("x.y.z", 200), ("nope", 100)):
+                confirm = await topic.publish(
+                    aio_pika.Message(key.encode(), headers={"x-delay": delay}), key)
+                assert confirm is not None  # the confirm arrives at publish time, not at due time
+            assert time.time() - t0 < 0.1
+            await hdrs.publish(aio_pika.Message(b"red", headers={"x-delay": 150, "color": "red"}), "")
+            await hdrs.publish(aio_pika.Message(b"blue", headers={"x-delay": 50, "color": "blue"}), "")
+
+            async def take(q, n):
+                out = []
+                async with q.iterator(no_ack=True) as it:
+                    async for m in it:
+                        out.append((m.body.decode(), m.headers["x-delay"], time.time() - t0))
+                        if len(out) == n:
+                            return out
+            star = await asyncio.wait_for(take(q_star, 2), 5)
+            hashed = await asyncio.wait_for(take(q_hash, 2), 5)
+            red = await asyncio.wait_for(take(q_hdr, 1), 5)
+            assert [(b, d) for b, d, _ in star] == [("a.z", -100), ("a.b", -300)]
+            assert [(b, d) for b, d, _ in hashed] == [("a.z", -100), ("x.y.z", -200)]
+            assert [(b, d) for b, d, _ in red] == [("red", -150)]
+            assert star[1][2] >= 0.298 and hashed[1][2] >= 0.198 and red[0][2] >= 0.148
+            await asyncio.sleep(0.1)
+            assert q_hdr.declaration_result.message_count == 0
+            assert (await ch.declare_queue(q_hdr.name, passive=True)).declaration_result \
+                .message_count == 0
+    _run(main())
+
+
+def test_lateness_200_messages(broker):
+    """200 messages, delays 100..1000 ms in shuffled order: delivered in due order, on time."""
+    import random
+    rng = random.Random(7)
+    delays = [100 + round(i * 900 / 199) for i in range(200)]
+    rng.shuffle(delays)
+
+    async def main():
+        conn = await aio_pika.connect(broker.url)
+        async with conn:
+            ch = await conn.channel()
+            ex = await ch.declare_exchange("dl-late", DELAYED, arguments={"x-delayed-type": "direct"})
+            q = await ch.declare_queue(exclusive=True)
+            await q.bind(ex, "t")
+            due: dict[int, float] = {}
+            arrived: list[tuple[int, float]] = []
+            done = asyncio.Event()
+
+            async def on_message(m):
+                arrived.append((int(m.body), time.time()))
+                if len(arrived) == len(delays):
+                    done.set()
+            await q.consume(on_message, no_ack=True)
+            for i, d in enumerate(delays):
+                due[i] = time.time() + d / 1000
+                await ex.publish(aio_pika.Message(str(i).encode(), headers={"x-delay": d}), "t")
+            await asyncio.wait_for(done.wait(), 10)
+            return due, arrived
+
+    due, arrived = _run(main())
+    late_ms = sorted((at - due[i]) * 1000 for i, at in arrived)
+    order = [due[i] for i, _ in arrived]
+    p50, p99, worst = statistics.median(late_ms), late_ms[int(0.99 * len(late_ms)) - 1], late_ms[-1]
+    print(f"\ndelayed lateness over {len(late_ms)} messages: min {late_ms[0]:.2f} ms, "
+          f"median {p50:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms")
+    assert len(arrived) == 200 and len({i for i, _ in arrived}) == 200
+    assert all(b >= a - 0.002 for a, b in zip(order, order[1:])), "not in due order"
+    assert late_ms[0] > -2.0, "delivered before due"
+    assert p50 < 20 and worst < 100, (p50, worst)
+
+
+# -- durability across SIGKILL (subprocess broker) ----------------------------------------------
+PG_ADMIN_URL = os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+class _Proc:
+    def __init__(self, workdir: Path, store_args: list[str], env: dict) -> None:
+        self.workdir, self.store_args, self.env = workdir, store_args, env
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self.n = 0
+
+    def start(self) -> "_Proc":
+        self.n += 1
+        port_file = self.workdir / f"port-{self.n}"
+        env = dict(os.environ, **self.env)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        self.log = self.workdir / f"broker-{self.n}.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "exchange_broker", "serve", "--host", "127.0.0.1", "--port",
+                 "0", "--port-file", str(port_file), "--heartbeat", "0", "--admin-port", "0",
+                 *self.store_args],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=str(REPO),
+                env=env, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            if port_file.exists() and port_file.read_text().strip():
+                self.port = int(port_file.read_text())
+                return self
+            assert time.monotonic() < deadline, self.log.read_text()[-3000:]
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def connect(self) -> pika.BlockingConnection:
+        return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port, heartbeat=0))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_args(request):
+    workdir = Path(tempfile.mkdtemp(prefix="eb-delayed-"))
+    dbname = None
+    try:
+        if request.param == "sqlite":
+            data = workdir / "data"
+            yield workdir, ["--data-dir", str(data)], f"sqlite:///{data / 'broker.db'}"
+        else:
+            admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT",
+                                  connect_args={"connect_timeout": 5})
+            try:
+                with admin.connect() as conn:
+                    conn.execute(text("SELECT 1"))
+            except Exception as exc:  # noqa: BLE001
+                admin.dispose()
+                pytest.skip(f"PostgreSQL unreachable: {exc}")
+            dbname = f"eb_delayed_{uuid.uuid4().hex[:10]}"
+            with admin.connect() as conn:
+                conn.execute(text(f'CREATE DATABASE "{dbname}"'))
+            url = make_url(PG_ADMIN_URL).set(database=dbname).render_as_string(hide_password=False)
+            try:
+                yield workdir, ["--database-url", url], url
+            finally:
+                with admin.connect() as conn:
+                    conn.execute(text(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)'))
+                admin.dispose()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _rows(engine, exchange: str | None = None) -> int:
+    stmt = select(func.count()).select_from(delayed_messages)
+    if exchange is not None:
+        stmt = stmt.where(delayed_messages.c.exchange == exchange)
+    with engine.connect() as conn:
+        return int(conn.execute(stmt).scalar_one())
+
+
+def test_restart_after_sigkill(store_args):
+    """Confirmed persistent delayed messages survive SIGKILL: overdue ones are routed at start-up,
+    the others at their due time. A tiny memory window (1 s, 40 messages) makes the broker keep
+    most of them in the store only and read them back window by window."""
+    workdir, args, url = store_args
+    broker = _Proc(workdir, args, {"EXCHANGE_BROKER_DELAYED_WINDOW_MS": "1000",
+                                   "EXCHANGE_BROKER_DELAYED_MEMORY": "40"})
+    engine = create_engine(url)
+    try:
+        broker.start()
+        conn = broker.connect()
+        ch = conn.channel()
+        ch.exchange_declare("dx", DELAYED, durable=True, arguments={"x-delayed-type": "direct"})
+        ch.queue_declare("dq", durable=True)
+        ch.queue_bind("dq", "dx", "k")
+        ch.exchange_declare("gone", DELAYED, durable=True, arguments={"x-delayed-type": "fanout"})
+        ch.queue_declare("gq", durable=True)
+        ch.queue_bind("gq", "gone", "")
+        ch.confirm_delivery()
+        due: dict[bytes, float] = {}
+
+        def publish(exchange: str, body: bytes, delay: int, mode: int = 2) -> None:
+            due[body] = time.time() + delay / 1000
+            ch.basic_publish(exchange, "k", body,
+                             pika.BasicProperties(delivery_mode=mode, headers={"x-delay": delay}))
+
+        publish("dx", b"first", 3000)
+        assert _rows(engine) == 1, "confirmed before the row was committed"
+        for i in range(60):  # overdue by the time the broker is back
+            publish("dx", b"early-%d" % i, 200 + 5 * i)
+        for i in range(100):  # due after the restart, mostly beyond the memory window
+            publish("dx", b"late-%d" % i, 3200 + 20 * i)
+        publish("dx", b"transient", 3500, mode=1)  # not persistent: lost with the process
+        for i in range(5):
+            publish("gone", b"gone-%d" % i, 2500)
+        ch.exchange_delete("gone")
+        deadline = time.monotonic() + 5
+        while _rows(engine, "gone") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _rows(engine, "gone") == 0
+        conn.close()
+        broker.kill()
+        killed_at = time.time()
+
+        time.sleep(0.5)
+        broker.start()
+        back_at = time.time()
+        conn = broker.connect()
+        ch = conn.channel()
+        ch.exchange_declare("gone", DELAYED, durable=True, arguments={"x-delayed-type": "fanout"})
+        ch.queue_bind("gq", "gone", "")
+        expected = {b for b in due if not b.startswith((b"gone", b"transient"))}
+        got: dict[bytes, float] = {}
+        dups = 0
+        deadline = time.monotonic() + 15
+        for method, _props, body in ch.consume("dq", auto_ack=True, inactivity_timeout=0.05):
+            if method is not None:
+                if body in got:
+                    dups += 1
+                got.setdefault(body, time.time())
+            if set(got) >= expected or time.monotonic() > deadline:
+                break
+        ch.cancel()
+        time.sleep(0.3)
+        assert set(got) == expected, sorted(expected - set(got))[:10]
+        assert ch.queue_declare("gq", passive=True).method.message_count == 0
+        assert ch.queue_declare("dq", passive=True).method.message_count == 0
+        late = []
+        for body, at in got.items():
+            target = due[body]
+            assert at >= target - 0.005, f"{body!r} delivered {target - at:.3f}s early"
+            if target > back_at + 0.5:  # due well after the restart: on time
+                late.append((at - target) * 1000)
+            else:  # overdue: routed once the broker is back
+                assert at - max(target, back_at) < 3.0, body
+        assert late, "no message was due after the restart"
+        print(f"\nrestart: killed {killed_at - (due[b'first'] - 3):.2f}s after the first publish, "
+              f"{dups} duplicates, {len(late)} due after restart: median lateness "
+              f"{statistics.median(late):.1f} ms, max {max(late):.1f} ms")
+        assert statistics.median(late) < 50 and max(late) < 250, late
+        deadline = time.monotonic() + 5
+        while _rows(engine) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _rows(engine) == 0  # every routed message's row is deleted
+        conn.close()
+    finally:
+        broker.kill()
+        engine.dispose()
+
+
+def test_store_window_under_concurrent_publishing(tmp_path):
+    """In-process broker on SQLite with a 300 ms / 60-message memory window: 1500 persistent
+    messages from 3 concurrent publishers (confirms on) while windows are read back from the
+    store. Each arrives once, none early, in due order; every row is gone afterwards."""
+    import random
+
+    from exchange_broker.broker import Broker
+    from exchange_broker.delayed import DelayedExchanges
+    from exchange_broker.recovery import restore
+    from exchange_broker.sql_durability import SqlDurability
+    from exchange_broker.testing import ThreadedBroker
+    from persistence.sql_store import SqlStore
+
+    url = f"sqlite:///{tmp_path / 'broker.db'}"
+    store = SqlStore(url, sqlite_synchronous="NORMAL")
+    store.open()
+    b = Broker()
+    b.delayed = DelayedExchanges(b, window_ms=300, max_in_memory=60)
+    released: list[int] = []  # broker-side due times, in release order
+    real_release = b.delayed._release
+
+    def recording_release(e):
+        released.append(e[0])
+        real_release(e)
+    b.delayed._release = recording_release
+    tb = ThreadedBroker(b).start()
+    engine = create_engine(url)
+    try:
+        def setup():
+            dur = SqlDurability(store, tb.loop)
+            restore(b, dur, 20000)
+            b.durability = dur
+            dur.start()
+            b.delayed.attach(dur)
+            return asyncio.ensure_future(b.delayed.recover())
+        tb.call(setup)
+        rng = random.Random(3)
+        plan = [[(f"{p}-{i}", rng.randint(20, 1500)) for i in range(500)] for p in range(3)]
+        due: dict[str, float] = {}
+
+        async def main():
+            conn = await aio_pika.connect(tb.url)
+            async with conn:
+                ch = await conn.channel()
+                ex = await ch.declare_exchange("dw", DELAYED, durable=True,
+                                               arguments={"x-delayed-type": "direct"})
+                q = await ch.declare_queue("dwq", durable=True)
+                await q.bind(ex, "k")
+                got: list[tuple[str, float]] = []
+                done = asyncio.Event()
+
+                async def on_message(m):
+                    got.append((m.body.decode(), time.time()))
+                    if len(got) >= 1500:
+                        done.set()
+                await q.consume(on_message, no_ack=True)
+
+                async def publisher(items):
+                    pch = await conn.channel(publisher_confirms=True)
+                    pex = await pch.get_exchange("dw")
+                    for name, delay in items:
+                        due[name] = time.time() + delay / 1000
+                        await pex.publish(aio_pika.Message(name.encode(), delivery_mode=2,
+                                                           headers={"x-delay": delay}), "k")
+                await asyncio.gather(*(publisher(items) for items in plan))
+                try:
+                    await asyncio.wait_for(done.wait(), 10)
+                except asyncio.TimeoutError:
+                    pass
+                await asyncio.sleep(0.3)
+                return got
+        got = _run(main())
+        stats = tb.call(lambda: dict(b.delayed.stats))
+        names = [n for n, _ in got]
+        assert sorted(names) == sorted(due), (len(names), len(set(names)), stats)
+        early = [(n, due[n] - at) for n, at in got if at < due[n] - 0.003]
+        assert not early, early[:5]
+        order = [due[n] for n in names]
+        assert len(released) == 1500 and released == sorted(released)  # exact, broker-side
+        # client-side due times are taken just before each publish; the broker's are a little
+        # later (transit, GIL shared with the in-process broker), so allow that jitter here
+        worst = max((a - c for a, c in zip(order, order[1:])), default=0) * 1000
+        assert worst < 100, worst
+        late = sorted((at - due[n]) * 1000 for n, at in got)
+        print(f"\nstore window: {stats}; lateness median {statistics.median(late):.1f} ms, "
+              f"max {late[-1]:.1f} ms; worst order inversion {worst:.1f} ms")
+        assert stats["loads"] > 3 and stats["spilled"] > 100
+        deadline = time.monotonic() + 5
+        while _rows(engine) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _rows(engine) == 0
+    finally:
+        tb.stop()
+        engine.dispose()
+        if b.durability is not None and hasattr(b.durability, "writer"):
+            b.durability.stop()
+        store.close()

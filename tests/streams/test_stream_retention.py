@@ -1,0 +1,129 @@
+"""Item 4: retention by x-max-length-bytes and x-max-age, in whole segments
+(x-stream-max-segment-size-bytes); consumers asking for a truncated offset start at the first kept."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aio_pika
+
+from stream_helpers import STREAM, declare_stream, publish, read, uniq
+
+BODY = b"x" * 98          # + 2 bytes of empty properties = 100 bytes a message
+
+
+def _info(broker, name):
+    return broker.call(lambda: broker.broker.stream_info("/", name))
+
+
+def test_max_length_bytes_truncates_whole_segments(conn, broker):
+    ch = conn.channel()
+    name = uniq()
+    # segments of 5 messages (a segment is closed once it holds >= 500 bytes), at most 2000 bytes
+    declare_stream(ch, name, **{"x-max-length-bytes": 2000, "x-stream-max-segment-size-bytes": 500})
+    ch.confirm_delivery()
+    publish(ch, name, [BODY] * 100)
+    info = _info(broker, name)
+    first = info["first_offset"]
+    assert first > 0 and first % 5 == 0              # dropped at a segment boundary
+    assert info["next_offset"] == 100
+    # the limit holds, give or take the active segment (retention runs when a segment fills up)
+    assert info["bytes"] <= 2000 + 500
+    assert 100 - first == ch.queue_declare(name, passive=True).method.message_count
+    # RabbitMQ keeps every complete segment that fits: 3 complete ones + the active one here
+    assert first == 100 - (3 * 5 + 5)
+    # asking for offset 0 (or "first") starts at the first offset kept
+    for start in (0, "first", first - 1):
+        got = read(conn, name, 100 - first, offset=start, prefetch=200)
+        assert [o for _, o, _ in got] == list(range(first, 100))
+    # a consumer in the kept range is unaffected
+    assert [o for _, o, _ in read(conn, name, 3, offset=97)] == [97, 98, 99]
+
+
+def test_retention_while_a_consumer_is_behind(conn, broker):
+    ch = conn.channel()
+    name = uniq()
+    declare_stream(ch, name, **{"x-max-length-bytes": 1000, "x-stream-max-segment-size-bytes": 300})
+    ch.confirm_delivery()
+    publish(ch, name, [BODY] * 5)
+    reader = conn.channel()
+    reader.basic_qos(prefetch_count=2)
+    seen = []
+    reader.basic_consume(name, lambda c, m, p, b: seen.append((m.delivery_tag,
+                                                               p.headers["x-stream-offset"])),
+                         arguments={"x-stream-offset": "first"})
+    conn.process_data_events(0.3)
+    assert [o for _, o in seen] == [0, 1]            # stuck on its prefetch, not acking
+    publish(ch, name, [BODY] * 60)                   # meanwhile the head is truncated
+    first = _info(broker, name)["first_offset"]
+    assert first > 2
+    reader.basic_ack(seen[-1][0], multiple=True)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (not seen or seen[-1][1] != 64):
+        conn.process_data_events(0.05)
+        if seen and len(seen) % 2 == 0:
+            reader.basic_ack(seen[-1][0], multiple=True)
+    offsets = [o for _, o in seen]
+    assert offsets[:2] == [0, 1]
+    assert offsets[2:] == list(range(first, 65))     # skipped straight to the first kept
+
+
+def test_max_age_drops_old_segments(conn, broker):
+    ch = conn.channel()
+    name = uniq()
+    declare_stream(ch, name, **{"x-max-age": "1s", "x-stream-max-segment-size-bytes": 500})
+    ch.confirm_delivery()
+    publish(ch, name, [BODY] * 10)                   # two full segments
+    assert _info(broker, name)["first_offset"] == 0
+    time.sleep(1.3)
+    publish(ch, name, [BODY] * 3)                    # opens a new segment: the old ones expired
+    assert _info(broker, name)["first_offset"] == 10
+    assert [o for _, o, _ in read(conn, name, 3, offset="first")] == [10, 11, 12]
+    assert ch.queue_declare(name, passive=True).method.message_count == 3
+
+
+def test_max_age_applies_when_a_consumer_attaches(conn, broker):
+    ch = conn.channel()
+    name = uniq()
+    declare_stream(ch, name, **{"x-max-age": "1s", "x-stream-max-segment-size-bytes": 300})
+    ch.confirm_delivery()
+    publish(ch, name, [BODY] * 7)                    # segments [0-2] [3-5] [6]
+    time.sleep(1.3)
+    got = read(conn, name, 1, offset=0)
+    assert [o for _, o, _ in got] == [6]             # only the active segment is kept
+    assert ch.queue_declare(name, passive=True).method.message_count == 1
+
+
+def test_retention_aio_pika(broker):
+    async def main():
+        async with await aio_pika.connect(broker.url) as conn:
+            ch = await conn.channel()
+            name = uniq()
+            await ch.declare_queue(name, durable=True, arguments={
+                **STREAM, "x-max-length-bytes": 1500, "x-stream-max-segment-size-bytes": 400})
+            for i in range(50):
+                await ch.default_exchange.publish(aio_pika.Message(b"y" * 100), routing_key=name)
+            info = _info(broker, name)
+            first = info["first_offset"]
+            assert 0 < first < 50 and info["bytes"] <= 1500 + 400
+            await ch.set_qos(prefetch_count=100)
+            q = await ch.get_queue(name, ensure=False)
+            offsets = []
+            async with q.iterator(arguments={"x-stream-offset": 0}) as it:
+                async for message in it:
+                    offsets.append(message.headers["x-stream-offset"])
+                    await message.ack()
+                    if offsets[-1] == 49:
+                        break
+            assert offsets == list(range(first, 50))
+            # x-max-age with aio-pika
+            aged = uniq()
+            await ch.declare_queue(aged, durable=True, arguments={
+                **STREAM, "x-max-age": "1s", "x-stream-max-segment-size-bytes": 300})
+            for i in range(6):
+                await ch.default_exchange.publish(aio_pika.Message(b"z" * 100), routing_key=aged)
+            await asyncio.sleep(1.3)
+            await ch.default_exchange.publish(aio_pika.Message(b"z" * 100), routing_key=aged)
+            assert _info(broker, aged)["first_offset"] == 6
+    asyncio.run(main())

@@ -1,0 +1,142 @@
+"""Unit checks: the x-stream-offset header splice, argument parsing, and the store's stream
+methods (SQLite, and PostgreSQL when reachable at EB_TEST_PG_URL)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import uuid
+
+import pytest
+from pamqp import commands
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from exchange_broker.protocol import codec
+from exchange_broker.protocol.errors import AMQPError
+from exchange_broker.stream import parse_interval_ms, parse_offset_spec, with_offset_header
+from persistence.sql_store import SqlStore
+from persistence.store import StoredMessage
+
+P = commands.Basic.Properties
+
+
+@pytest.mark.parametrize("props", [
+    P(),
+    P(content_type="text/plain"),
+    P(content_type="a/b", content_encoding="gzip", delivery_mode=2, priority=3,
+      correlation_id="c", reply_to="r", expiration="100", message_id="m",
+      timestamp=datetime.datetime(2024, 1, 2, tzinfo=datetime.timezone.utc), message_type="t",
+      user_id="guest", app_id="app"),
+    P(headers={"a": 1, "b": "two", "nested": {"x": [1, 2]}}),
+    P(content_type="x", headers={}, delivery_mode=1),
+    P(headers={"x-stream-offset": 99, "keep": True}),   # republished from a stream
+])
+@pytest.mark.parametrize("offset", [0, 1, 2 ** 40, 2 ** 63 - 1])
+def test_offset_header_splice(props, offset):
+    raw = props.marshal()
+    out = with_offset_header(raw, offset)
+    decoded = codec.parse_properties(out)
+    before = codec.parse_properties(raw)
+    want_headers = dict(before.get("headers") or {})
+    want_headers["x-stream-offset"] = offset
+    assert decoded.pop("headers") == want_headers
+    before.pop("headers", None)
+    assert decoded == before                       # every other property untouched
+    # the field is encoded as 'l' (signed 64-bit), once
+    entry = b"\x0fx-stream-offsetl" + offset.to_bytes(8, "big", signed=True)
+    assert out.count(b"\x0fx-stream-offset") == 1 and entry in out
+    assert with_offset_header(raw, offset) == out  # the cached template gives the same bytes
+
+
+def test_parse_offset_spec():
+    desc = "queue 'q' in vhost '/'"
+    assert parse_offset_spec(None, desc) == ("next",)
+    assert parse_offset_spec("first", desc) == ("first",)
+    assert parse_offset_spec(b"last", desc) == ("last",)
+    assert parse_offset_spec(12, desc) == ("offset", 12)
+    ts = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.timezone.utc)
+    assert parse_offset_spec(ts, desc) == ("time", int(ts.timestamp() * 1000))
+    naive = datetime.datetime(2024, 5, 6, 7, 8, 9)           # pika: naive UTC
+    assert parse_offset_spec(naive, desc) == ("time", int(ts.timestamp() * 1000))
+    kind, ms = parse_offset_spec("2h", desc)
+    now = datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000
+    assert kind == "time" and abs(now - 7_200_000 - ms) < 5000
+    for bad in ("3", "soon", 1.5, True, {"a": 1}):
+        with pytest.raises(AMQPError) as exc:
+            parse_offset_spec(bad, desc)
+        assert exc.value.code == 406 and "invalid_stream_offset_arg" in exc.value.text
+
+
+def test_parse_interval():
+    assert parse_interval_ms("7D") == 7 * 86_400_000
+    assert parse_interval_ms("12h") == 12 * 3_600_000
+    assert parse_interval_ms("1Y") == 365 * 86_400_000
+    assert parse_interval_ms("5M") == 150 * 86_400_000
+    for bad in ("0s", "1d", "h", "1.5h", "10", 10, None):
+        assert parse_interval_ms(bad) is None
+
+
+# -- store methods ----------------------------------------------------------------------------------
+def _pg_url():
+    admin_url = os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    try:
+        admin = create_engine(admin_url, isolation_level="AUTOCOMMIT",
+                              connect_args={"connect_timeout": 3})
+        with admin.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"PostgreSQL unreachable: {exc.__class__.__name__}")
+    return admin, admin_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = SqlStore(f"sqlite:///{tmp_path / 'broker.db'}")
+        s.open()
+        yield s
+        s.close()
+        return
+    admin, admin_url = _pg_url()
+    name = f"eb_stream_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    s = SqlStore(make_url(admin_url).set(database=name).render_as_string(hide_password=False))
+    try:
+        s.open()
+        yield s
+    finally:
+        s.close()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_store_stream_methods(store):
+    qid = store.put_queue("/", "s", True, False, False, b"", queue_id=7)
+    store.write_batch([StoredMessage(qid, seq, "", "s", b"\x00\x00", b"b%d" % seq, 1000 + seq // 10 * 10)
+                       for seq in range(1, 101)], [], {})
+    rows = store.read_log(qid, 10, 15)
+    assert [r[0] for r in rows] == [11, 12, 13, 14, 15]
+    assert rows[0][1:] == ("", "s", b"\x00\x00", b"b11", 1010)
+    assert store.find_seq_at_time(qid, 0) == 1
+    assert store.find_seq_at_time(qid, 1050) == 50                 # first with created >= 1050
+    assert store.find_seq_at_time(qid, 1051) == 60
+    assert store.find_seq_at_time(qid, 1100) == 100
+    assert store.find_seq_at_time(qid, 1101) is None
+    sizes = list(store.iter_message_sizes(qid, chunk=7))
+    assert len(sizes) == 100 and sizes[0] == (1, 2 + 2, 1000) and sizes[-1][0] == 100
+    assert store.log_bytes(qid) == sum(size for _, size, _ in sizes)
+    assert store.delete_messages_upto(qid, 40) == 40
+    assert store.read_log(qid, 0, 42) == store.read_log(qid, 40, 42)
+    assert store.find_seq_at_time(qid, 0) == 41
+    assert store.find_seq_at_time(qid, 1040) == 41
+    store.store_offset("/", "s", "a", 5)
+    store.store_offset("/", "s", "b", 9)
+    store.store_offset("/", "other", "a", 1)
+    assert store.load_offsets("/", "s") == {"a": 5, "b": 9}
+    store.delete_queue("/", "s")
+    assert store.load_offsets("/", "s") == {}
+    assert store.read_log(qid, 0, 1000) == []
+    assert store.find_seq_at_time(qid, 0) is None
