@@ -81,6 +81,7 @@ class GroupCommitWriter:
         self._in_flight = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._carry: MergedBatch | None = None  # removes/marks/purges of a failed batch, retried
         self._failures = 0  # consecutive failed batches (an outage): only the first logs a traceback
 
     @property
@@ -163,10 +164,22 @@ class GroupCommitWriter:
             first.fn(self._store)
             return
         batch = MergedBatch()
+        carry, self._carry = self._carry, None
+        if carry is not None:
+            # acks, delivered marks and purges of a failed batch are retried first: an outage
+            # must not bring acked messages back after a restart
+            batch.add((), carry.removes, carry.marks, carry.purges)
         for op in items:
             assert isinstance(op, _Op)
             batch.add(op.appends, op.removes, op.marks, op.purges)
-        batch.write(self._store)
+        try:
+            batch.write(self._store)
+        except Exception:
+            if batch.removes or batch.marks or batch.purges:
+                leftover = MergedBatch()
+                leftover.add((), list(batch.removes), dict(batch.marks), list(batch.purges))
+                self._carry = leftover
+            raise
 
     def _run(self) -> None:
         while True:

@@ -446,7 +446,9 @@ def test_postgres_outage_is_reported_and_store_recovers(pg_url, pg_admin):
             conn.execute(text(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true'))
         writer.submit("after", appends=[msg(qid, 3)])
         assert done.wait_for("after") is None
-        assert [(m.seq, m.redelivered) for m in store.load_messages(qid, 0, 10)] == [(1, False), (3, False)]
+        # the failed append is gone (its publisher was nacked); its delivered mark is retried with
+        # the next batch, so message 1 (delivered before the outage) now reads as redelivered
+        assert [(m.seq, m.redelivered) for m in store.load_messages(qid, 0, 10)] == [(1, True), (3, False)]
     finally:
         writer.stop()
         store.close()
@@ -660,3 +662,35 @@ def test_writer_submit_call_is_an_ordered_barrier(counting_store: CountingStore)
     assert seen == [("declare", 5), ("rows", [1, 2])]
     assert len(store.batches) == 2
     assert store.load_definitions().queues == [] and seqs(store, 5) == []
+
+
+def test_failed_batch_retries_its_removes(sqlite_url):
+    """An ack (row delete) in a batch that failed (the database was locked by another process)
+    is carried into the next batch, so an outage never brings an acked message back."""
+    store = SqlStore(sqlite_url)
+    store.open()
+    qid = new_queue(store)
+    store.engine.pool.dispose()
+    event.listen(
+        store.engine, "connect", lambda dbapi_conn, rec: dbapi_conn.execute("PRAGMA busy_timeout=200")
+    )
+    done = Collector()
+    writer = GroupCommitWriter(store, done)
+    writer.start()
+    blocker = create_engine(sqlite_url, isolation_level="AUTOCOMMIT")
+    try:
+        writer.submit("stored", appends=[msg(qid, 1), msg(qid, 2)])
+        assert done.wait_for("stored") is None
+        with blocker.connect() as bconn:
+            bconn.exec_driver_sql("BEGIN EXCLUSIVE")
+            writer.submit("ack", removes=[(qid, 1)])
+            err = done.wait_for("ack")
+            bconn.exec_driver_sql("ROLLBACK")
+        assert isinstance(err, DBAPIError) and "locked" in str(err)
+        writer.submit("next", appends=[msg(qid, 3)])
+        assert done.wait_for("next") is None
+        assert seqs(store, qid) == [2, 3]
+    finally:
+        writer.stop()
+        blocker.dispose()
+        store.close()
