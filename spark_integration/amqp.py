@@ -218,7 +218,8 @@ class Connection:
         self._buf = bytearray()
         self._deliveries: list[Delivery] = []
         self._dpos = 0                       # index of the next undelivered entry in _deliveries
-        self._partial: list | None = None    # delivery being assembled: [tag, redel, ex, rk, props, size, chunks, ctag]
+        # delivery being assembled: [tag, redelivered, exchange, rkey, props, left, chunks, ctag]
+        self._partial: list | None = None
         self._replies: list = []             # cold method frames received on channel 1 / 0
         self._send_lock = threading.Lock()
         self._last_send = time.monotonic()
@@ -380,11 +381,12 @@ class Connection:
             start = pos + 7
             if ftype == FRAME_BODY:
                 part = self._partial
-                chunk = bytes(buf[start:end])
-                part[6].append(chunk)
-                part[5] -= len(chunk)
-                if part[5] <= 0:
-                    self._complete()
+                if part is not None:     # (content of a basic.return is dropped)
+                    chunk = bytes(buf[start:end])
+                    part[6].append(chunk)
+                    part[5] -= len(chunk)
+                    if part[5] <= 0:
+                        self._complete()
             elif ftype == FRAME_METHOD:
                 if _U32.unpack_from(buf, start)[0] == _M_DELIVER:
                     p = start + 4

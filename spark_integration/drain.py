@@ -391,7 +391,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: --url: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("spark_integration").setLevel(logging.INFO)
+    try:  # unreachable broker / bad credentials / missing queue: fail before starting Spark
+        with connect(ConnectionParams.from_url(args.url)) as conn:
+            declare_passive(conn, args.queue)
+    except (AMQPError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     from pyspark.sql import SparkSession
     builder = SparkSession.builder.appName(f"amqp-drain-{args.queue}")
     if args.master:

@@ -156,7 +156,7 @@ def delivery_to_row(d: Delivery, queue: str, stream: bool = False) -> dict:
         "offset": stream_offset(p.headers) if stream else None,
         "timestamp": None if micros is None else _EPOCH + _dt.timedelta(microseconds=micros),
         "headers": None if p.headers is None else dict(render_headers(p.headers)),
-        "properties": {f: p[i] for f, i in zip(PROPERTY_FIELDS, _PROP_INDEX)},
+        "properties": {f: p[i] for f, i in zip(PROPERTY_FIELDS, _PROP_INDEX, strict=True)},
     }
 
 
@@ -229,7 +229,7 @@ def to_record_batch(deliveries: Sequence[Delivery], queue: str, stream: bool = F
         else:
             timestamps = pa.nulls(n, type=ts_type)
         prop_arrays = []
-        for f, i in zip(PROPERTY_FIELDS, _PROP_INDEX):
+        for f, i in zip(PROPERTY_FIELDS, _PROP_INDEX, strict=True):
             col = [p[i] for p in props]
             t = prop_type.field(f).type
             prop_arrays.append(pa.array(col, type=t) if col.count(None) != n else pa.nulls(n, type=t))

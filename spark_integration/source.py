@@ -10,6 +10,7 @@ Readers return Arrow record batches.  The JVM-free logic lives in ``reader.py``.
 from __future__ import annotations
 
 import logging
+
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     InputPartition)
 

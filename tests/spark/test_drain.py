@@ -57,8 +57,9 @@ def test_failed_write_leaves_every_message_in_the_queue(spark, amqp_url, amqp, c
     amqp.publish(classic_queue, [f"m{i}".encode() for i in range(60)])
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("occupied")                      # Spark cannot write under a file
-    with pytest.raises(Exception):
+    with pytest.raises(Exception) as info:  # noqa: B017 - whatever Spark raises for it
         D.drain(amqp_url, classic_queue, str(not_a_dir), spark=spark, chunk_size=25)
+    assert "file" in str(info.value).lower() or "exist" in str(info.value).lower()
     back = amqp.take_all(classic_queue, 60)
     assert [d.body for d in back] == [f"m{i}".encode() for i in range(60)]   # nothing acked
     assert all(d.redelivered for d in back[:25])          # chunk 1 was delivered and came back
@@ -118,5 +119,10 @@ def test_cli_errors(amqp_url, tmp_path):
     assert missing.returncode == 2 and "--queue" in missing.stderr
     url = run("--url", "http://nope", "--queue", "q", "--output", "o")
     assert url.returncode == 2 and "amqp://" in url.stderr
+    # broker-side problems are found before Spark starts
+    gone = run("--url", amqp_url, "--queue", "no-such-queue", "--output", str(tmp_path / "x"))
+    assert gone.returncode == 1 and "queue 'no-such-queue' not found" in gone.stderr
+    down = run("--url", "amqp://guest:guest@127.0.0.1:1/", "--queue", "q", "--output", "o")
+    assert down.returncode == 1 and "cannot connect to AMQP broker at 127.0.0.1:1" in down.stderr
     with pytest.raises(ValueError, match="unknown output format 'xml'"):
         D.drain(amqp_url, "q", "o", format="xml", spark=object())

@@ -116,7 +116,7 @@ def test_record_batch_values_equal_row_conversion():
     assert batch.schema.equals(arrow_schema())
     got = batch.to_pylist()
     want = [delivery_to_row(x, "q", stream=True) for x in ds]
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         g["headers"] = None if g["headers"] is None else dict(g["headers"])
         assert g == w
     assert got[0]["offset"] is None and got[1]["offset"] == 11
