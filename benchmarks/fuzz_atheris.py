@@ -17,8 +17,9 @@ Run (see benchmarks/README.md)::
     python benchmarks/fuzz_atheris.py --make-corpus fuzz-corpus     # seed inputs
     python benchmarks/fuzz_atheris.py fuzz-corpus -max_total_time=300 -rss_limit_mb=4096
 
-Input layout: byte 0 picks the mode, byte 1 the chunk size (1 + 16 * byte). Modes: 0 = a valid handshake is prepended and channel 1 is opened, then the
-fuzzer's bytes; 1 = the fuzzer's bytes from the very first byte (protocol header, start-ok ...);
+Input layout: byte 0 picks the mode, byte 1 the chunk size (1 + 16 * byte). Modes:
+0 = a valid handshake is prepended and channel 1 is opened, then the fuzzer's bytes;
+1 = the fuzzer's bytes from the very first byte (protocol header, start-ok ...);
 2 = the fuzzer's bytes cut into frames: (type, channel, payload) with correct framing, so that
 mutations reach the method decoders instead of dying in the framing.
 """

@@ -107,3 +107,28 @@ def test_resource_operations_need_amqp_permissions(env):
     assert status in (400, 401)
     assert "plainq" in tb.broker.vhosts["/"].queues and "plainx" in tb.broker.vhosts["/"].exchanges
     assert tb.broker.vhosts["/"].queues["plainq"].message_count == 0
+
+
+# Made by RabbitMQ 3.10 for the password "secprobe", in the shape its /api/users and definitions
+# export use (GET /api/users/secprobe after `rabbitmqctl add_user secprobe secprobe`)
+RABBITMQ_USER = {"name": "rmq-user", "password_hash": "V8ieLtxl85j/TzyvRsDe2586PIRogn3+l7nSWYffWZGwPqSV",
+                 "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["management"], "limits": {}}
+
+
+def test_definitions_carry_password_hashes_and_import_rabbitmq_users(env):
+    tb, guest, _mgmt, _mon, _plain = env
+    doc = {"rabbit_version": "3.10.8", "users": [RABBITMQ_USER], "vhosts": [{"name": "/"}],
+           "permissions": [{"user": "rmq-user", "vhost": "/", "configure": "", "write": "", "read": ".*"}]}
+    assert guest("POST", "/api/definitions", doc)[0] in (200, 201, 204)
+    import pika
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", tb.port, credentials=pika.PlainCredentials("rmq-user", "secprobe"), heartbeat=0))
+    conn.close()
+    status, exported = guest("GET", "/api/definitions")
+    assert status == 200
+    users = {u["name"]: u for u in exported["users"]}
+    assert users["rmq-user"]["password_hash"] == RABBITMQ_USER["password_hash"]
+    assert users["rmq-user"]["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+    # our own hashes have the same form: base64(4-byte salt + SHA-256(salt + password))
+    assert len(base64.b64decode(users["guest"]["password_hash"])) == 36
+

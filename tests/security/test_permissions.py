@@ -16,13 +16,12 @@ import base64
 import itertools
 import re
 import socket
-import struct
 
 import pika
 import pytest
 from pamqp import commands
 from pamqp import frame as pframe
-from sec_helpers import PROTOCOL_HEADER, close_quietly, connect, roundtrip, wait_for
+from sec_helpers import PROTOCOL_HEADER, close_quietly, connect, roundtrip
 
 from exchange_broker.auth import (HASHING_MD5, HASHING_SHA256, HASHING_SHA512, check_password,
                                   hash_password)
@@ -199,13 +198,31 @@ C, W, R = "configure", "write", "read"
 
 def _matrix_ops():
     """(method, required permissions, setup(guest_ch, tag), op(ch, tag)); names carry the tag."""
-    def q(ch, t): ch.queue_declare(f"q{t}")
-    def x(ch, t): ch.exchange_declare(f"x{t}", "direct")
-    def qx(ch, t): q(ch, t); x(ch, t)
-    def xx(ch, t): x(ch, t); ch.exchange_declare(f"y{t}", "direct")
-    def qxb(ch, t): qx(ch, t); ch.queue_bind(f"q{t}", f"x{t}", "k")
-    def xxb(ch, t): xx(ch, t); ch.exchange_bind(f"y{t}", f"x{t}", "k")
-    def none(ch, t): pass
+    def q(ch, t):
+        ch.queue_declare(f"q{t}")
+
+    def x(ch, t):
+        ch.exchange_declare(f"x{t}", "direct")
+
+    def qx(ch, t):
+        q(ch, t)
+        x(ch, t)
+
+    def xx(ch, t):
+        x(ch, t)
+        ch.exchange_declare(f"y{t}", "direct")
+
+    def qxb(ch, t):
+        qx(ch, t)
+        ch.queue_bind(f"q{t}", f"x{t}", "k")
+
+    def xxb(ch, t):
+        xx(ch, t)
+        ch.exchange_bind(f"y{t}", f"x{t}", "k")
+
+    def none(ch, t):
+        pass
+
     return [
         ("exchange.declare", {C}, none, lambda ch, t: ch.exchange_declare(f"x{t}", "direct")),
         ("exchange.declare passive", set(), x, lambda ch, t: ch.exchange_declare(f"x{t}", passive=True)),

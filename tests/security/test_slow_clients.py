@@ -17,7 +17,6 @@ import statistics
 import threading
 import time
 
-import pika
 import pytest
 from pamqp import commands
 from pamqp import frame as pframe
