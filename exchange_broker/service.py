@@ -635,6 +635,35 @@ class BrokerService:
         except AMQPError as err:
             raise from_amqp(err) from None
 
+    # -- stream queues: log info and named consumers' stored offsets ------------------------------
+    def _stream_call(self, fn, vhost: str, name: str, *args):
+        self._vhost(vhost)
+        try:
+            return fn(vhost, name, *args)
+        except KeyError:
+            raise not_found() from None
+        except ValueError as exc:
+            raise bad_request(f"queue '{name}' in vhost '{vhost}' is not a stream queue: {exc}") from None
+
+    def stream_info(self, vhost: str, name: str, who: Principal | None = None) -> dict:
+        self.check_resource(who, vhost, READ, "queue", name)
+        return self._stream_call(self.broker.stream_info, vhost, name)
+
+    def stream_offset(self, vhost: str, name: str, consumer: str, who: Principal | None = None) -> dict:
+        self.check_resource(who, vhost, READ, "queue", name)
+        offset = self._stream_call(self.broker.stream_offset, vhost, name, consumer)
+        if offset is None:
+            raise not_found(f"no stored offset for consumer '{consumer}'")
+        return {"vhost": vhost, "queue": name, "name": consumer, "offset": offset}
+
+    def set_stream_offset(self, vhost: str, name: str, consumer: str, body: dict,
+                          who: Principal | None = None) -> None:
+        self.check_resource(who, vhost, READ, "queue", name)
+        offset = body.get("offset")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise bad_request("'offset' must be a non-negative integer")
+        self._stream_call(self.broker.set_stream_offset, vhost, name, consumer, offset)
+
     def purge_queue(self, vhost: str, name: str, who: Principal | None = None) -> int:
         vh = self._vhost(vhost)
         self.check_resource(who, vhost, READ, "queue", name)

@@ -328,6 +328,24 @@ def create_app(service: BrokerService) -> FastAPI:
     async def permissions(who: Principal = User):
         return svc.permissions(who)
 
+    # -- stream queues -------------------------------------------------------------------------
+    @app.get("/api/stream-offsets/{vhost}/{name}", tags=["streams"])
+    async def stream_info(vhost: str, name: str, who: Principal = User):
+        """A stream queue's log: first/next offset, counts, segments and stored consumer offsets."""
+        return svc.stream_info(_u(vhost), _u(name), who)
+
+    @app.get("/api/stream-offsets/{vhost}/{name}/{consumer}", tags=["streams"])
+    async def stream_offset_get(vhost: str, name: str, consumer: str, who: Principal = User):
+        """The offset stored for a named consumer (`x-stream-consumer-name`)."""
+        return svc.stream_offset(_u(vhost), _u(name), _u(consumer), who)
+
+    @app.put("/api/stream-offsets/{vhost}/{name}/{consumer}", tags=["streams"], status_code=204)
+    async def stream_offset_put(vhost: str, name: str, consumer: str, request: Request,
+                                who: Principal = User):
+        """Store {"offset": N}: the named consumer's next consume resumes at N + 1."""
+        svc.set_stream_offset(_u(vhost), _u(name), _u(consumer), await json_object(request), who)
+        return Response(status_code=204)
+
     @app.get("/api/permissions/{vhost}/{user}", tags=["permissions"])
     async def permission_get(vhost: str, user: str, who: Principal = User):
         found = svc.permissions(who, user=_u(user), vhost=_u(vhost))
