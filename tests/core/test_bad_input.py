@@ -19,79 +19,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import body as pbody
 from pamqp import commands
-from pamqp import exceptions as pexc
 from pamqp import frame as pframe
 from pamqp import header as pheader
-from pamqp import heartbeat as pheartbeat
 
+from eb_support import RawClient
 from exchange_broker.protocol.constants import HARD_ERRORS, PROTOCOL_HEADER, REPLY_NAMES
 from exchange_broker.testing import ThreadedBroker
 
 
 # -- raw client ----------------------------------------------------------------------------------------
 
-class Raw:
+class Raw(RawClient):
     """A socket that did the AMQP handshake (and opened channel 1) and now sends whatever it likes."""
 
     def __init__(self, port: int, frame_max: int = 131072) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.buf = b""
-        self.sock.sendall(PROTOCOL_HEADER)
-        self.expect(commands.Connection.Start)
-        self.send(commands.Connection.StartOk(client_properties={"product": "bad-input-test"},
-                                              mechanism="PLAIN", response="\x00guest\x00guest"))
-        tune = self.expect(commands.Connection.Tune)
-        self.send(commands.Connection.TuneOk(tune.channel_max, frame_max, 0))
-        self.send(commands.Connection.Open("/"))
-        self.expect(commands.Connection.OpenOk)
-        self.send(commands.Channel.Open(), 1)
-        self.expect(commands.Channel.OpenOk)
-
-    def send(self, method, channel: int = 0) -> None:
-        self.sock.sendall(pframe.marshal(method, channel))
-
-    def send_raw(self, data: bytes) -> None:
-        try:
-            self.sock.sendall(data)
-        except OSError:  # the broker may have closed on us halfway through a big write
-            pass
-
-    def read_frame(self, timeout: float = 5.0):
-        """Next (channel, frame); None when the broker closed the socket; raises on timeout."""
-        self.sock.settimeout(timeout)
-        while True:
-            try:
-                n, channel, frame = pframe.unmarshal(self.buf)
-                self.buf = self.buf[n:]
-                return channel, frame
-            except pexc.UnmarshalingException:
-                pass
-            try:
-                data = self.sock.recv(65536)
-            except ConnectionResetError:
-                return None
-            if not data:
-                return None
-            self.buf += data
-
-    def expect(self, cls, channel: int | None = None, timeout: float = 5.0):
-        while True:
-            got = self.read_frame(timeout)
-            assert got is not None, f"socket closed while waiting for {cls.__name__}"
-            if isinstance(got[1], pheartbeat.Heartbeat):
-                continue
-            assert isinstance(got[1], cls), got
-            if channel is not None:
-                assert got[0] == channel
-            return got[1]
+        super().__init__(port, open_channel=1, frame_max=frame_max)
 
     def expect_connection_close(self, code: int, text: str) -> commands.Connection.Close:
-        close = self.expect(commands.Connection.Close, channel=0)
+        close = self.expect_next(commands.Connection.Close, channel=0)
         assert close.reply_code == code, close.reply_text
         assert close.reply_text.startswith(REPLY_NAMES[code] + " - ")
         assert text in close.reply_text
         try:
-            self.send(commands.Connection.CloseOk())
+            self.send(0, commands.Connection.CloseOk())
         except OSError:
             pass  # a broker that lost frame sync may already have dropped us
         self.assert_closed_by_broker()
@@ -99,21 +49,8 @@ class Raw:
 
     def assert_closed_by_broker(self, timeout: float = 7.0) -> None:
         """recv() must report the broker's close (EOF or reset) well before ``timeout``."""
-        deadline = time.monotonic() + timeout
-        self.sock.settimeout(0.5)
-        while time.monotonic() < deadline:
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                continue
-            except ConnectionResetError:
-                return
-            if not data:
-                return
-        pytest.fail("the broker left the socket open")
-
-    def close(self) -> None:
-        self.sock.close()
+        if not self.closed_by_peer(timeout):
+            pytest.fail("the broker left the socket open")
 
 
 def frame(ftype: int, channel: int, payload: bytes, end: bytes = b"\xce") -> bytes:
@@ -269,7 +206,7 @@ def test_silent_partial_frame_is_dropped_after_handshake(broker, good):
     raw = Raw(broker.port)
     try:
         raw.send_raw(PUBLISH[:5])
-        raw.send(commands.Connection.Close(200, "bye", 0, 0), 0)  # swallowed by the partial frame
+        raw.send(0, commands.Connection.Close(200, "bye", 0, 0))  # swallowed by the partial frame
         time.sleep(0.2)
         assert n_sessions(broker) == 2
     finally:
@@ -300,21 +237,21 @@ def test_message_above_max_message_size_is_406_channel_error(small_broker, in_on
             for f in frames:
                 raw.send_raw(f)
                 time.sleep(0.05)
-        close = raw.expect(commands.Channel.Close, channel=1)
+        close = raw.expect_next(commands.Channel.Close, channel=1)
         assert close.reply_code == 406
         assert close.reply_text == ("PRECONDITION_FAILED - message size 1500 is larger than configured "
                                     "max size 1024")
         assert (close.class_id, close.method_id) == (60, 40)
-        raw.send(commands.Channel.CloseOk(), 1)
+        raw.send(1, commands.Channel.CloseOk())
         # the connection lives on: reopen the channel and publish something small
-        raw.send(commands.Channel.Open(), 1)
-        raw.expect(commands.Channel.OpenOk, channel=1)
+        raw.send(1, commands.Channel.Open())
+        raw.expect_next(commands.Channel.OpenOk, channel=1)
         raw.send_raw(PUBLISH + HEADER5 + BODY5)
-        raw.send(commands.Basic.Get(queue="good-q", no_ack=True), 1)
+        raw.send(1, commands.Basic.Get(queue="good-q", no_ack=True))
         # the good consumer may win the race for the message: either answer is fine
         reply = raw.read_frame()
         assert reply is not None and isinstance(reply[1], (commands.Basic.GetOk, commands.Basic.GetEmpty))
-        raw.send(commands.Connection.Close(200, "bye", 0, 0), 0)
+        raw.send(0, commands.Connection.Close(200, "bye", 0, 0))
         while True:
             got = raw.read_frame()
             assert got is not None, "closed without close-ok"

@@ -5,42 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
-import uuid
 
 import aio_pika
 import aiormq.exceptions as amqe
 import pika
 import pytest
 from pamqp import commands
-from pamqp import frame as pframe
-from pamqp.exceptions import UnmarshalingException
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
+
+from eb_support import RawClient, uniq
 
 slow = pytest.mark.slow
 
 CTAG = re.compile(r"^amq\.ctag-[A-Za-z0-9_-]{22}$")
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def connect(broker):
-    opened = []
-
-    def _connect():
-        conn = pika.BlockingConnection(pika.ConnectionParameters(
-            "127.0.0.1", broker.port, heartbeat=0, blocked_connection_timeout=60))
-        opened.append(conn)
-        return conn
-
-    yield _connect
-    for conn in opened:
-        if conn.is_open:
-            conn.close()
 
 
 def pump(conn, predicate=lambda: False, timeout: float = 5.0):
@@ -84,44 +62,6 @@ class Collector:
     @property
     def bodies(self) -> list[bytes]:
         return [b for _, b in self.got]
-
-
-class RawClient:
-    """Plain-socket AMQP (pamqp frames), for what pika and aio-pika hide (server-named tags)."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.buf = b""
-        self.sock.sendall(b"AMQP\x00\x00\x09\x01")
-        self.expect(commands.Connection.Start)
-        self.send(0, commands.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest"))
-        tune = self.expect(commands.Connection.Tune)
-        self.send(0, commands.Connection.TuneOk(tune.channel_max, tune.frame_max, 0),
-                  commands.Connection.Open("/"))
-        self.expect(commands.Connection.OpenOk)
-
-    def send(self, channel: int, *methods) -> None:
-        self.sock.sendall(b"".join(pframe.marshal(m, channel) for m in methods))
-
-    def expect(self, cls):
-        while True:
-            try:
-                used, _channel, value = pframe.unmarshal(self.buf)
-            except UnmarshalingException:
-                chunk = self.sock.recv(65536)
-                assert chunk, "connection closed by the broker"
-                self.buf += chunk
-                continue
-            self.buf = self.buf[used:]
-            if isinstance(value, cls):
-                return value
-
-    def close(self) -> None:
-        try:
-            self.send(0, commands.Connection.Close(200, "bye"))
-            self.expect(commands.Connection.CloseOk)
-        finally:
-            self.sock.close()
 
 
 # -- mandatory / basic.return ------------------------------------------------------------------

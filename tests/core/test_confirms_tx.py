@@ -4,40 +4,16 @@ hide the wire: delivery tags and the multiple flag of confirms). Checked against
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-import uuid
 
 import aio_pika
 import aiormq.exceptions as amqe
 import pika
 import pytest
-from pamqp import body as pbody
 from pamqp import commands
-from pamqp import frame as pframe
-from pamqp import header as pheader
-from pamqp.exceptions import UnmarshalingException
 from pika.exceptions import ChannelClosedByBroker
 
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def connect(broker):
-    opened = []
-
-    def _connect():
-        conn = pika.BlockingConnection(pika.ConnectionParameters(
-            "127.0.0.1", broker.port, heartbeat=0, blocked_connection_timeout=30))
-        opened.append(conn)
-        return conn
-
-    yield _connect
-    for conn in opened:
-        if conn.is_open:
-            conn.close()
+from eb_support import RawClient
 
 
 def ready(conn, queue: str) -> int:
@@ -45,54 +21,6 @@ def ready(conn, queue: str) -> int:
     count = ch.queue_declare(queue, passive=True).method.message_count
     ch.close()
     return count
-
-
-class RawClient:
-    """Plain-socket AMQP with pamqp frames: shows confirm delivery tags and multiple flags."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.buf = b""
-        self.sock.sendall(b"AMQP\x00\x00\x09\x01")
-        self.expect(commands.Connection.Start)
-        self.send(0, commands.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest"))
-        tune = self.expect(commands.Connection.Tune)
-        self.send(0, commands.Connection.TuneOk(tune.channel_max, tune.frame_max, 0),
-                  commands.Connection.Open("/"))
-        self.expect(commands.Connection.OpenOk)
-
-    def send(self, channel: int, *frames) -> None:
-        self.sock.sendall(b"".join(pframe.marshal(f, channel) for f in frames))
-
-    def publish(self, channel: int, exchange: str, routing_key: str, body: bytes) -> None:
-        self.send(channel, commands.Basic.Publish(exchange=exchange, routing_key=routing_key),
-                  pheader.ContentHeader(0, len(body), commands.Basic.Properties()),
-                  pbody.ContentBody(body))
-
-    def next(self):
-        while True:
-            try:
-                used, channel, value = pframe.unmarshal(self.buf)
-            except UnmarshalingException:
-                chunk = self.sock.recv(65536)
-                assert chunk, "connection closed by the broker"
-                self.buf += chunk
-                continue
-            self.buf = self.buf[used:]
-            return channel, value
-
-    def expect(self, cls):
-        while True:
-            _channel, value = self.next()
-            if isinstance(value, cls):
-                return value
-
-    def close(self) -> None:
-        try:
-            self.send(0, commands.Connection.Close(200, "bye", 0, 0))
-            self.expect(commands.Connection.CloseOk)
-        finally:
-            self.sock.close()
 
 
 def covered(confirms: list) -> set[int]:
@@ -146,7 +74,7 @@ def test_confirm_tags_count_from_one_per_channel_and_may_be_multiple(broker):
         raw.send(1, commands.Queue.Declare(queue=q, passive=True))
         assert raw.expect(commands.Queue.DeclareOk).message_count == 10 + 10 + 5
     finally:
-        raw.close()
+        raw.close_connection()
 
 
 def test_confirm_select_nowait_and_twice(broker):
@@ -160,7 +88,7 @@ def test_confirm_select_nowait_and_twice(broker):
         [(name, tag, _multiple)] = collect_confirms(raw, {1: 1})[1]
         assert (name, tag) == ("Basic.Ack", 1)
     finally:
-        raw.close()
+        raw.close_connection()
 
 
 def test_confirms_with_pika(connect):

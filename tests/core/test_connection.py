@@ -18,11 +18,9 @@ import pika.exceptions
 import pytest
 from pamqp import commands
 from pamqp import encode as pencode
-from pamqp import exceptions as pexc
-from pamqp import frame as pframe
 from pamqp import heartbeat as pheartbeat
 
-from exchange_broker.protocol.constants import PROTOCOL_HEADER
+from eb_support import RawClient, wait_until
 from exchange_broker.testing import ThreadedBroker
 
 
@@ -32,15 +30,6 @@ def params(broker, **kw) -> pika.ConnectionParameters:
     kw.setdefault("heartbeat", 0)
     kw.setdefault("blocked_connection_timeout", 30)
     return pika.ConnectionParameters("127.0.0.1", broker.port, **kw)
-
-
-def wait_for(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def sessions(broker) -> list:
@@ -63,61 +52,6 @@ class AMQPlainCredentials(pika.PlainCredentials):
             return None, None
         table = pencode.field_table({"LOGIN": self.username, "PASSWORD": self.password})
         return self.TYPE, table[4:]
-
-
-class RawClient:
-    """Just enough AMQP over a plain socket to look at frames on the wire."""
-
-    def __init__(self, port: int, *, frame_max: int = 131072, heartbeat: int = 0, channel: int = 1,
-                 mechanism: str = "PLAIN", response: str = "\x00guest\x00guest") -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.buf = b""
-        self.sizes: list[tuple[int, int]] = []  # (frame type, whole frame size) of every frame read
-        self.sock.sendall(PROTOCOL_HEADER)
-        self.start = self.expect(commands.Connection.Start)
-        self.send(commands.Connection.StartOk(client_properties={"product": "raw"}, mechanism=mechanism,
-                                              response=response))
-        tune = self.expect(commands.Connection.Tune)
-        self.send(commands.Connection.TuneOk(tune.channel_max, frame_max, heartbeat))
-        self.send(commands.Connection.Open("/"))
-        self.expect(commands.Connection.OpenOk)
-        if channel:
-            self.send(commands.Channel.Open(), channel)
-            self.expect(commands.Channel.OpenOk)
-
-    def send(self, method, channel: int = 0) -> None:
-        self.sock.sendall(pframe.marshal(method, channel))
-
-    def read_frame(self, timeout: float = 5.0):
-        """(channel, frame), or None once the broker closed the socket."""
-        self.sock.settimeout(timeout)
-        while True:
-            try:
-                n, channel, frame = pframe.unmarshal(self.buf)
-            except pexc.UnmarshalingException:
-                try:
-                    data = self.sock.recv(65536)
-                except ConnectionResetError:
-                    return None
-                if not data:
-                    return None
-                self.buf += data
-                continue
-            self.sizes.append((self.buf[0], n))
-            self.buf = self.buf[n:]
-            return channel, frame
-
-    def expect(self, cls, timeout: float = 5.0):
-        while True:
-            got = self.read_frame(timeout)
-            assert got is not None, f"socket closed while waiting for {cls.__name__}"
-            if isinstance(got[1], pheartbeat.Heartbeat):
-                continue
-            assert isinstance(got[1], cls), got
-            return got[1]
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 # -- logins ----------------------------------------------------------------------------------------
@@ -152,7 +86,7 @@ def test_pika_amqplain_login(broker):
 
 def test_raw_amqplain_login(broker):
     response = pencode.field_table({"LOGIN": "guest", "PASSWORD": "guest"})[4:].decode("ascii")
-    raw = RawClient(broker.port, mechanism="AMQPLAIN", response=response)
+    raw = RawClient(broker.port, open_channel=1, mechanism="AMQPLAIN", response=response)
     try:
         assert raw.start.mechanisms.split() == ["PLAIN", "AMQPLAIN"]
         assert [s.user for s in sessions(broker)] == ["guest"]
@@ -171,7 +105,7 @@ def test_aiopika_login_and_roundtrip(broker):
             await msg.ack()
             return msg.body
     assert asyncio.run(main()) == b"hi"
-    assert wait_for(lambda: sessions(broker) == [])
+    assert wait_until(lambda: sessions(broker) == [])
 
 
 @pytest.mark.parametrize("user,password", [("guest", "wrong"), ("nobody", "guest")])
@@ -186,7 +120,7 @@ def test_bad_login_is_403(broker, user, password):
             await aio_pika.connect(f"amqp://{user}:{password}@127.0.0.1:{broker.port}/")
     asyncio.run(aio())
     assert sessions(broker) == []
-    assert wait_for(lambda: n_transports(broker) == 0)
+    assert wait_until(lambda: n_transports(broker) == 0)
 
 
 def test_unknown_vhost_is_530(broker):
@@ -200,7 +134,7 @@ def test_unknown_vhost_is_530(broker):
             await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{broker.port}/no-such-vhost")
     asyncio.run(aio())
     assert sessions(broker) == []
-    assert wait_for(lambda: n_transports(broker) == 0)
+    assert wait_until(lambda: n_transports(broker) == 0)
 
 
 # -- frame_max ---------------------------------------------------------------------------------------
@@ -216,14 +150,14 @@ def test_frame_max_negotiation_and_large_message(broker):
         ch.basic_publish("", "big", body, pika.BasicProperties(headers={"k": "v"}))
         got = []
         ch.basic_consume("big", lambda c, m, p, b: got.append((p.headers, b)), auto_ack=True)
-        assert wait_for(lambda: (conn.process_data_events(0.05), got)[1], 5)
+        assert wait_until(lambda: (conn.process_data_events(0.05), got)[1], 5)
         assert got == [({"k": "v"}, body)]
     finally:
         conn.close()
 
 
 def test_body_frames_never_exceed_negotiated_frame_max_on_the_wire(broker):
-    raw = RawClient(broker.port, frame_max=4096)
+    raw = RawClient(broker.port, open_channel=1, frame_max=4096)
     conn = pika.BlockingConnection(params(broker))  # default 128 KiB frames for the publisher
     try:
         ch = conn.channel()
@@ -231,11 +165,11 @@ def test_body_frames_never_exceed_negotiated_frame_max_on_the_wire(broker):
         body = b"".join(i.to_bytes(4, "big") for i in range(12500))  # 50000 bytes
         ch.basic_publish("", "wire", body)
         ch.basic_publish("", "wire", body[:4088])  # exactly one full body frame
-        raw.send(commands.Basic.Consume(queue="wire", no_ack=True), 1)
-        raw.expect(commands.Basic.ConsumeOk)
+        raw.send(1, commands.Basic.Consume(queue="wire", no_ack=True))
+        raw.expect_next(commands.Basic.ConsumeOk)
         for expected in (body, body[:4088]):
             raw.sizes.clear()
-            deliver = raw.expect(commands.Basic.Deliver)
+            deliver = raw.expect_next(commands.Basic.Deliver)
             assert deliver.routing_key == "wire"
             _, hdr = raw.read_frame()
             assert hdr.body_size == len(expected)
@@ -285,7 +219,7 @@ def test_heartbeat_client_stays_alive_while_idle(broker):
 
 
 def test_silent_client_is_dropped_after_missed_heartbeats(broker):
-    raw = RawClient(broker.port, heartbeat=1)
+    raw = RawClient(broker.port, open_channel=1, heartbeat=1)
     try:
         t0 = time.monotonic()
         heartbeats = 0
@@ -298,7 +232,7 @@ def test_silent_client_is_dropped_after_missed_heartbeats(broker):
         elapsed = time.monotonic() - t0
         assert heartbeats >= 1  # the broker sends heartbeats while we are silent ...
         assert 1.5 < elapsed < 4.5  # ... and gives up on us after two missed intervals
-        assert wait_for(lambda: sessions(broker) == [] and n_transports(broker) == 0)
+        assert wait_until(lambda: sessions(broker) == [] and n_transports(broker) == 0)
     finally:
         raw.close()
 
@@ -312,7 +246,7 @@ def test_connection_close_by_client(broker):
     assert len(sessions(broker)) == 1
     conn.close()
     assert conn.is_closed
-    assert wait_for(lambda: sessions(broker) == [] and n_transports(broker) == 0)
+    assert wait_until(lambda: sessions(broker) == [] and n_transports(broker) == 0)
     assert broker.call(lambda: q not in broker.broker.vhosts["/"].queues)
 
 
@@ -326,7 +260,7 @@ def test_connection_close_by_server_pika(broker):
     assert info.value.reply_code == 320
     assert info.value.reply_text == "CONNECTION_FORCED - closed by test"
     assert conn.is_closed
-    assert wait_for(lambda: sessions(broker) == [] and n_transports(broker) == 0)
+    assert wait_until(lambda: sessions(broker) == [] and n_transports(broker) == 0)
 
 
 def test_connection_close_by_server_aiopika(broker):
@@ -343,7 +277,7 @@ def test_connection_close_by_server_aiopika(broker):
     exc = asyncio.run(main())
     assert isinstance(exc, aiormq.exceptions.ConnectionClosed)
     assert exc.args == (320, "CONNECTION_FORCED - closed by test")
-    assert wait_for(lambda: sessions(broker) == [] and n_transports(broker) == 0)
+    assert wait_until(lambda: sessions(broker) == [] and n_transports(broker) == 0)
 
 
 # -- channels ----------------------------------------------------------------------------------------------
@@ -371,7 +305,7 @@ def test_fifty_channels_with_their_own_state(broker):
         assert info.value.reply_code == 404
         assert "NOT_FOUND - no queue 'does-not-exist'" in info.value.reply_text
         assert bad.is_closed and conn.is_open
-        assert wait_for(lambda: broker.call(lambda: len(sess.channels)) == 49)
+        assert wait_until(lambda: broker.call(lambda: len(sess.channels)) == 49)
         state2 = broker.call(lambda: {n: (c.prefetch, c.confirm) for n, c in sess.channels.items()})
         assert state2 == {k: v for k, v in state.items() if k != bad.channel_number}
         for i, ch in enumerate(chans):
@@ -395,7 +329,7 @@ def test_channel_flow_stops_and_resumes_deliveries(broker):
         got = []
         sub.basic_consume("flowq", lambda c, m, p, b: got.append(b), auto_ack=True)
         pub.basic_publish("", "flowq", b"before")
-        assert wait_for(lambda: (conn.process_data_events(0.02), got)[1] == [b"before"])
+        assert wait_until(lambda: (conn.process_data_events(0.02), got)[1] == [b"before"])
         assert sub.flow(False) is False
         for i in range(3):
             pub.basic_publish("", "flowq", str(i).encode())
@@ -403,7 +337,7 @@ def test_channel_flow_stops_and_resumes_deliveries(broker):
         assert got == [b"before"]
         assert pub.queue_declare("flowq", passive=True).method.message_count == 3
         assert sub.flow(True) is True
-        assert wait_for(lambda: (conn.process_data_events(0.02), len(got))[1] == 4)
+        assert wait_until(lambda: (conn.process_data_events(0.02), len(got))[1] == 4)
         assert got == [b"before", b"0", b"1", b"2"]
     finally:
         conn.close()
@@ -419,7 +353,7 @@ def test_channel_close_by_server_on_soft_error(broker):
         assert info.value.reply_text == "NOT_FOUND - no queue 'missing-q' in vhost '/'"
         assert ch.is_closed and conn.is_open
         [sess] = sessions(broker)
-        assert wait_for(lambda: broker.call(lambda: ch.channel_number not in sess.channels))
+        assert wait_until(lambda: broker.call(lambda: ch.channel_number not in sess.channels))
         ch2 = conn.channel()
         ch2.queue_declare("ok-q")
         assert ch2.queue_declare("ok-q", passive=True).method.message_count == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import aio_pika
 import aiormq.exceptions as amqe
@@ -13,29 +12,10 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
+from eb_support import uniq
+
 BUILTINS = [("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
             ("amq.headers", "headers"), ("amq.match", "headers")]
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def connect(broker):
-    """Open extra pika connections; all are closed at teardown."""
-    opened = []
-
-    def _connect(vhost: str = "/"):
-        conn = pika.BlockingConnection(pika.ConnectionParameters(
-            "127.0.0.1", broker.port, virtual_host=vhost, heartbeat=0, blocked_connection_timeout=30))
-        opened.append(conn)
-        return conn
-
-    yield _connect
-    for conn in opened:
-        if conn.is_open:
-            conn.close()
 
 
 def closed_by(exc_info) -> tuple[int, str]:

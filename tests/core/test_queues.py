@@ -5,40 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
-import time
-import uuid
 
 import aio_pika
 import aiormq.exceptions as amqe
-import pika
 import pytest
 from pamqp import commands
-from pamqp import frame as pframe
-from pamqp.exceptions import UnmarshalingException
 from pika.exceptions import ChannelClosedByBroker
 
+from eb_support import RawClient, uniq, wait_until
+
 GEN_NAME = re.compile(r"^amq\.gen-[A-Za-z0-9_-]{22}$")
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def connect(broker):
-    opened = []
-
-    def _connect(vhost: str = "/"):
-        conn = pika.BlockingConnection(pika.ConnectionParameters(
-            "127.0.0.1", broker.port, virtual_host=vhost, heartbeat=0, blocked_connection_timeout=30))
-        opened.append(conn)
-        return conn
-
-    yield _connect
-    for conn in opened:
-        if conn.is_open:
-            conn.close()
 
 
 def locked_text(name: str) -> str:
@@ -57,15 +33,6 @@ def queue_state(conn, name: str):
         return None
     ch.close()
     return ok.message_count, ok.consumer_count
-
-
-def wait_for(predicate, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 # -- declare ------------------------------------------------------------------------------------
@@ -222,7 +189,7 @@ def test_exclusive_queue_is_locked_to_its_connection(connect):
         owner.channel().queue_declare(name)
     assert ei.value.reply_code == 405
     owner.close()
-    assert wait_for(lambda: queue_state(other, name) is None)
+    assert wait_until(lambda: queue_state(other, name) is None)
 
 
 def test_exclusive_queue_goes_when_connection_closes_aio_pika(broker, connect):
@@ -242,38 +209,7 @@ def test_exclusive_queue_goes_when_connection_closes_aio_pika(broker, connect):
 
     names = asyncio.run(main())
     for name in names:
-        assert wait_for(lambda: queue_state(observer, name) is None)
-
-
-class RawClient:
-    """Just enough AMQP over a plain socket (pamqp frames) to drop a connection uncleanly."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.buf = b""
-        self.sock.sendall(b"AMQP\x00\x00\x09\x01")
-        self.expect(commands.Connection.Start)
-        self.send(0, commands.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest"))
-        tune = self.expect(commands.Connection.Tune)
-        self.send(0, commands.Connection.TuneOk(tune.channel_max, tune.frame_max, 0),
-                  commands.Connection.Open("/"))
-        self.expect(commands.Connection.OpenOk)
-
-    def send(self, channel: int, *methods) -> None:
-        self.sock.sendall(b"".join(pframe.marshal(m, channel) for m in methods))
-
-    def expect(self, cls):
-        while True:
-            try:
-                used, _channel, value = pframe.unmarshal(self.buf)
-            except UnmarshalingException:
-                chunk = self.sock.recv(65536)
-                assert chunk, "connection closed by the broker"
-                self.buf += chunk
-                continue
-            self.buf = self.buf[used:]
-            if isinstance(value, cls):
-                return value
+        assert wait_until(lambda: queue_state(observer, name) is None)
 
 
 def test_exclusive_queue_goes_when_socket_drops(broker, connect):
@@ -288,7 +224,7 @@ def test_exclusive_queue_goes_when_socket_drops(broker, connect):
         observer.channel().queue_declare(name, passive=True)
     assert ei.value.reply_code == 405
     raw.sock.close()  # no connection.close: the TCP connection just goes away
-    assert wait_for(lambda: queue_state(observer, name) is None)
+    assert wait_until(lambda: queue_state(observer, name) is None)
 
 
 # -- auto-delete ---------------------------------------------------------------------------------
@@ -338,7 +274,7 @@ def test_auto_delete_queue_aio_pika(broker, connect):
             return q.name
 
     name = asyncio.run(main())
-    assert wait_for(lambda: queue_state(observer, name) is None)
+    assert wait_until(lambda: queue_state(observer, name) is None)
 
 
 # -- bind / unbind ------------------------------------------------------------------------------

@@ -4,37 +4,21 @@ Reply codes and texts are RabbitMQ 3.10's."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import aio_pika
 import aiormq.exceptions as amqe
 import pika
 import pytest
 from pamqp import commands
-from pamqp import frame as pframe
-from pamqp.exceptions import UnmarshalingException
 from pika.exceptions import ChannelClosedByBroker, ProbableAccessDeniedError, ProbableAuthenticationError
+
+from eb_support import RawClient
 
 
 def params(broker, vhost: str = "/", user: str = "guest", password: str = "guest"):
     return pika.ConnectionParameters("127.0.0.1", broker.port, virtual_host=vhost, heartbeat=0,
                                      credentials=pika.PlainCredentials(user, password),
                                      connection_attempts=1)
-
-
-@pytest.fixture
-def connect(broker):
-    opened = []
-
-    def _connect(vhost: str = "/"):
-        conn = pika.BlockingConnection(params(broker, vhost))
-        opened.append(conn)
-        return conn
-
-    yield _connect
-    for conn in opened:
-        if conn.is_open:
-            conn.close()
 
 
 @pytest.fixture
@@ -46,47 +30,20 @@ def v2(broker):
 
 
 def open_raw(port: int, vhost: str, user: str = "guest", password: str = "guest"):
-    """Handshake over a plain socket; returns the frame answering connection.open."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    buf = b""
-
-    def expect(*classes):
-        nonlocal buf
-        while True:
-            try:
-                used, _channel, value = pframe.unmarshal(buf)
-            except UnmarshalingException:
-                chunk = sock.recv(65536)
-                assert chunk, "connection closed by the broker"
-                buf += chunk
-                continue
-            buf = buf[used:]
-            if isinstance(value, classes):
-                return value
-
-    def send(*methods):
-        sock.sendall(b"".join(pframe.marshal(m, 0) for m in methods))
-
+    """Handshake over a plain socket; returns the frame answering connection.open (or the
+    connection.close that refused the login)."""
+    raw = RawClient(port, handshake=False)
     try:
-        sock.sendall(b"AMQP\x00\x00\x09\x01")
-        expect(commands.Connection.Start)
-        send(commands.Connection.StartOk(  # as real clients do; else RabbitMQ just drops a bad login
-            client_properties={"capabilities": {"authentication_failure_close": True}},
-            mechanism="PLAIN", response=f"\0{user}\0{password}"))
-        tune = expect(commands.Connection.Tune, commands.Connection.Close)
-        if isinstance(tune, commands.Connection.Close):
-            return tune
-        send(commands.Connection.TuneOk(tune.channel_max, tune.frame_max, 0),
-             commands.Connection.Open(vhost))
-        reply = expect(commands.Connection.OpenOk, commands.Connection.Close)
+        reply = raw.handshake(vhost=vhost, user=user, password=password)
+        if raw.tune is None:  # login refused: nothing more to say
+            return reply
         if isinstance(reply, commands.Connection.Close):
-            send(commands.Connection.CloseOk())
+            raw.send(0, commands.Connection.CloseOk())
         else:
-            send(commands.Connection.Close(200, "bye", 0, 0))
-            expect(commands.Connection.CloseOk)
+            raw.close_connection()
         return reply
     finally:
-        sock.close()
+        raw.close()
 
 
 # -- connection.open ---------------------------------------------------------------------------

@@ -1,52 +1,17 @@
-"""Helpers shared by the durability tests: PostgreSQL admin access, pika/aio-pika clients, and a
-lean raw-frame confirm-mode publisher."""
+"""Helpers shared by the durability tests: pika/aio-pika clients and a lean raw-frame
+confirm-mode publisher (PostgreSQL access, the subprocess broker and other scaffolding shared with
+the other test directories are in eb_support)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import os
-import socket
-import time
 from typing import Iterable
 
 import pika
 import pika.exceptions
-import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Engine
 
-PG_ADMIN_URL = os.environ.get(
-    "EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
-
-_pg_admin: Engine | None = None
-_pg_error: str | None = None
-
-
-def pg_admin_engine() -> Engine:
-    """Autocommit engine on the maintenance database; skips the test if PostgreSQL is unreachable."""
-    global _pg_admin, _pg_error
-    if _pg_admin is None and _pg_error is None:
-        engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT",
-                               connect_args={"connect_timeout": 5})
-        try:
-            with engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-            _pg_admin = engine
-        except Exception as exc:  # noqa: BLE001 - any failure means "no PostgreSQL here"
-            engine.dispose()
-            _pg_error = f"PostgreSQL unreachable at {PG_ADMIN_URL}: {exc.__class__.__name__}: {exc}"
-    if _pg_admin is None:
-        pytest.skip(_pg_error or "PostgreSQL unreachable")
-    return _pg_admin
-
-
-def dispose_pg_admin() -> None:
-    global _pg_admin
-    if _pg_admin is not None:
-        _pg_admin.dispose()
-        _pg_admin = None
+from eb_support import pika_connect
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,38 +23,19 @@ def serve_has_option(option: str) -> bool:
     return option in serve._option_string_actions  # noqa: SLF001 - argparse has no public API
 
 
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (for listeners that cannot take port 0)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 TRANSIENT = pika.BasicProperties(delivery_mode=1)
 
 
 def connect(broker, **kw) -> pika.BlockingConnection:
-    params = pika.URLParameters(broker.url)
-    params.heartbeat = 0
-    params.blocked_connection_timeout = 60
-    params.socket_timeout = 10
-    for k, v in kw.items():
-        setattr(params, k, v)
-    return pika.BlockingConnection(params)
-
-
-def close_quietly(*conns) -> None:
-    for conn in conns:
-        try:
-            if conn is not None and conn.is_open:
-                conn.close()
-        except Exception:  # noqa: BLE001 - the broker may be gone already
-            pass
+    """A pika connection to a SubprocessBroker (``kw``: further ConnectionParameters)."""
+    kw.setdefault("blocked_connection_timeout", 60)
+    kw.setdefault("socket_timeout", 10)
+    return pika_connect(broker.port, **kw)
 
 
 def pumper(conn: pika.BlockingConnection):
-    """For BrokerProcess.terminate: let a blocking connection answer the broker's close."""
+    """For SubprocessBroker.terminate: let a blocking connection answer the broker's close."""
     def pump() -> None:
         if not conn.is_open:
             raise EOFError
@@ -140,15 +86,6 @@ def drain(conn: pika.BlockingConnection, queue: str, expected: int | None = None
     ch.cancel()
     ch.close()
     return out
-
-
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
 
 
 async def publish_confirmed(channel, routing_key: str, bodies: Iterable[bytes], *,

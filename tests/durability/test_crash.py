@@ -20,7 +20,8 @@ import time
 
 import aio_pika
 
-from durability_helpers import LeanPublisher, PERSISTENT, close_quietly, connect, drain, message_count
+from durability_helpers import LeanPublisher, PERSISTENT, connect, drain, message_count
+from eb_support import close_quietly
 
 QUEUE = "crash"
 TX_QUEUE = "crash-tx"

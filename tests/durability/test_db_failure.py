@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import text
 
 
-from durability_helpers import PERSISTENT, close_quietly, connect, message_count, pg_admin_engine
+from durability_helpers import PERSISTENT, connect, message_count
+from eb_support import close_quietly, pg_admin_engine, wait_until
 
 FAILED_LINE = "database write failed; publishers are nacked until it recovers"
 RECOVERED_LINE = "database writes succeed again"
@@ -76,11 +77,11 @@ def test_postgres_outage_nacks_publishers_and_recovers(pg_broker_factory, pg_bac
     pub = ConfirmPublisher(b)
     pub.start()
     try:
-        assert _wait(lambda: len(pub.acked()) >= 50, 10), "no confirms before the outage"
+        assert wait_until(lambda: len(pub.acked()) >= 50, 10), "no confirms before the outage"
         _set_outage(pg_backend.dbname, True)
         down_at = time.monotonic()
         try:
-            assert _wait(lambda: len(pub.nacked()) >= 20, 15), \
+            assert wait_until(lambda: len(pub.nacked()) >= 20, 15), \
                 f"publishers were not nacked during the outage: {pub.results[-3:]} {pub.error}"
             acked_during = [body for body, ok, t in pub.results if ok and t > down_at + 0.5]
             assert not acked_during, f"acked while the database refused connections: {acked_during[:5]}"
@@ -97,7 +98,7 @@ def test_postgres_outage_nacks_publishers_and_recovers(pg_broker_factory, pg_bac
         finally:
             _set_outage(pg_backend.dbname, False)
         up_at = time.monotonic()
-        assert _wait(lambda: sum(1 for _, ok, t in pub.results if ok and t > up_at) >= 50, 20), \
+        assert wait_until(lambda: sum(1 for _, ok, t in pub.results if ok and t > up_at) >= 50, 20), \
             f"publishing with confirms did not recover: {pub.results[-3:]} {pub.error}"
     finally:
         pub.stop.set()
@@ -133,12 +134,3 @@ def test_postgres_outage_nacks_publishers_and_recovers(pg_broker_factory, pg_bac
     assert full_reports <= 2, f"{full_reports} failed-write tracebacks for one outage"
     print(f"acked {len(acked)}, nacked {len(nacked)}, "
           f"{log.count('persistence write of')} failed-write log lines")
-
-
-def _wait(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()

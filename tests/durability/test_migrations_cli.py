@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect
 
+from eb_support import subprocess_env, table_names
 from persistence import migrate
-
-REPO = Path(__file__).resolve().parents[2]
 
 CORE_TABLES = {"vhosts", "users", "permissions", "exchanges", "queues", "bindings", "messages",
                "stream_offsets"}
@@ -26,12 +22,9 @@ def _head() -> str:
 
 
 def _db(cwd, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    for k in [k for k in env if k.startswith("EXCHANGE_BROKER_")]:
-        del env[k]  # only the command line decides where the store is
+    # subprocess_env: no EXCHANGE_BROKER_* settings, only the command line decides where the store is
     proc = subprocess.run([sys.executable, "-m", "exchange_broker", "db", *args], cwd=str(cwd),
-                          env=env, capture_output=True, text=True, timeout=60)
+                          env=subprocess_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"db {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -40,14 +33,6 @@ def _printed(proc: subprocess.CompletedProcess) -> str:
     lines = proc.stdout.strip().splitlines()
     assert lines, proc.stderr
     return lines[-1].strip()
-
-
-def _tables(url: str) -> set[str]:
-    engine = create_engine(url)
-    try:
-        return set(inspect(engine).get_table_names()) - {"alembic_version"}
-    finally:
-        engine.dispose()
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
@@ -66,11 +51,11 @@ def test_db_upgrade_current_downgrade_round_trip(kind, workdir, request):
     if kind == "sqlite":
         assert (data / "broker.db").is_file()
     assert _printed(_db(cwd, "current", *store)) == head
-    assert _tables(url) >= CORE_TABLES
+    assert table_names(url) >= CORE_TABLES
 
     assert _printed(_db(cwd, "downgrade", *store, "base")) == "base"
-    assert _tables(url) == set()
+    assert table_names(url) == set()
 
     assert _printed(_db(cwd, "upgrade", *store, "head")) == head
-    assert _tables(url) >= CORE_TABLES
+    assert table_names(url) >= CORE_TABLES
     assert migrate.current(url) == head

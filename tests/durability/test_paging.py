@@ -13,8 +13,8 @@ import time
 
 import aio_pika
 
-from durability_helpers import (LeanPublisher, close_quietly, connect, message_count,
-                                publish_confirmed, wait_until)
+from durability_helpers import LeanPublisher, connect, message_count, publish_confirmed
+from eb_support import close_quietly, wait_until
 
 N = 20_000
 WINDOW = 1000
@@ -110,7 +110,8 @@ def test_20k_messages_page_and_come_back_in_order(broker_factory, backend):
         assert [s for s, _ in got] == list(range(N)), "paged messages lost, duplicated or reordered"
         assert not any(r for _, r in got)
         assert message_count(conn, QUEUE) == 0
-        assert wait_until(lambda: backend.message_rows(QUEUE) == 0), "acked rows left in the store"
+        assert wait_until(lambda: backend.message_rows(QUEUE) == 0, timeout=10), \
+            "acked rows left in the store"
     finally:
         close_quietly(conn)
 
@@ -138,7 +139,7 @@ def test_mixed_transient_and_persistent_keep_order_while_paging(broker_factory, 
         seqs = [s for s, _ in first + rest]
         assert seqs == list(range(n + extra)), "mixed messages lost or reordered while paging"
         assert message_count(conn, "mixed") == 0
-        assert wait_until(lambda: backend.message_rows("mixed") == 0)
+        assert wait_until(lambda: backend.message_rows("mixed") == 0, timeout=10)
     finally:
         close_quietly(conn)
 

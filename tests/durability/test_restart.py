@@ -18,8 +18,9 @@ import pika.exceptions
 import pytest
 from sqlalchemy import select
 
-from durability_helpers import (PERSISTENT, TRANSIENT, close_quietly, connect, exists, free_port,
-                                message_count, pumper, serve_has_option)
+from durability_helpers import (PERSISTENT, TRANSIENT, connect, exists, message_count, pumper,
+                                serve_has_option)
+from eb_support import close_quietly, free_port
 from persistence.models import exchanges, queues
 
 QUEUE_ARGS = {"x-max-length": 1000}

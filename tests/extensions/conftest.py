@@ -1,34 +1,12 @@
-"""Fixtures for the queue/exchange extension tests: pika connections to the in-process broker,
-and a subprocess broker (``python -m exchange_broker serve``) for restart / watermark tests."""
+"""Fixtures for the queue/exchange extension tests: a channel on the in-process broker (through
+``connect`` from tests/conftest.py), and a subprocess broker (``python -m exchange_broker serve``)
+for restart / watermark tests."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
-
 import pytest
 
-from ext_helpers import BrokerProc, pika_connect
-
-
-@pytest.fixture
-def connect(broker):
-    """connect() -> a new pika BlockingConnection to the in-process broker (closed afterwards)."""
-    opened = []
-
-    def _connect(**kw):
-        conn = pika_connect(broker.port, **kw)
-        opened.append(conn)
-        return conn
-
-    yield _connect
-    for conn in opened:
-        try:
-            if conn.is_open:
-                conn.close()
-        except Exception:  # noqa: BLE001
-            pass
+from eb_support import SubprocessBroker
 
 
 @pytest.fixture
@@ -37,14 +15,13 @@ def ch(connect):
 
 
 @pytest.fixture
-def broker_proc():
-    """A subprocess broker on a private data dir; ``start()``/``kill()`` across restarts."""
-    d = Path(tempfile.mkdtemp(prefix="eb-ext-"))
-    bp = BrokerProc(d, [])
+def broker_proc(workdir):
+    """A subprocess broker on a private SQLite data dir; ``start(*extra)``/``kill()`` across
+    restarts."""
+    bp = SubprocessBroker(workdir, ["--data-dir", str(workdir / "data")])
     try:
         yield bp
     finally:
         bp.kill()
         if bp.proc is not None:
             print(bp.log()[-4000:])
-        shutil.rmtree(d, ignore_errors=True)

@@ -9,7 +9,8 @@ import time
 
 import aio_pika
 
-from ext_helpers import count, pika_connect, uniq, wait_until
+from eb_support import pika_connect, uniq, wait_until
+from ext_helpers import count
 
 
 def _pump(conn, until, timeout=5.0):

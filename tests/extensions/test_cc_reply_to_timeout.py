@@ -12,7 +12,8 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from ext_helpers import count, get_all, uniq
+from eb_support import uniq
+from ext_helpers import count, get_all
 
 TIMEOUT_TEXT = ("PRECONDITION_FAILED - delivery acknowledgement on channel {ch} timed out. Timeout value "
                 "used: {ms} ms. This timeout value can be configured, see consumers doc guide to learn "

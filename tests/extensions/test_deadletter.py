@@ -18,7 +18,8 @@ import pika
 import pika.compat
 import pytest
 
-from ext_helpers import count, get_all, uniq, wait_until
+from eb_support import uniq, wait_until
+from ext_helpers import count, get_all
 
 DEATH_KEYS = {"count", "reason", "queue", "time", "exchange", "routing-keys"}
 

@@ -14,7 +14,8 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, NackError
 
-from ext_helpers import count, get_all, uniq
+from eb_support import uniq
+from ext_helpers import count, get_all
 
 DEDUP = {"x-message-deduplication": True}
 

@@ -7,28 +7,19 @@ real `exchange-broker serve` subprocess on SQLite and PostgreSQL for durability 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import signal
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import uuid
 from decimal import Decimal
-from pathlib import Path
 
 import aio_pika
 import pika
 import pika.exceptions
 import pytest
-from sqlalchemy import create_engine, func, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import create_engine, func, select
 
+from eb_support import SubprocessBroker, pika_connect
 from persistence.models import delayed_messages
 
-REPO = Path(__file__).resolve().parents[2]
 DELAYED = "x-delayed-message"
 
 
@@ -231,76 +222,15 @@ def test_lateness_200_messages(broker):
 
 
 # -- durability across SIGKILL (subprocess broker) ----------------------------------------------
-PG_ADMIN_URL = os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-class _Proc:
-    def __init__(self, workdir: Path, store_args: list[str], env: dict) -> None:
-        self.workdir, self.store_args, self.env = workdir, store_args, env
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-        self.n = 0
-
-    def start(self) -> "_Proc":
-        self.n += 1
-        port_file = self.workdir / f"port-{self.n}"
-        env = dict(os.environ, **self.env)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        self.log = self.workdir / f"broker-{self.n}.log"
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "exchange_broker", "serve", "--host", "127.0.0.1", "--port",
-                 "0", "--port-file", str(port_file), "--heartbeat", "0", "--admin-port", "0",
-                 *self.store_args],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=str(REPO),
-                env=env, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while True:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            if port_file.exists() and port_file.read_text().strip():
-                self.port = int(port_file.read_text())
-                return self
-            assert time.monotonic() < deadline, self.log.read_text()[-3000:]
-            time.sleep(0.02)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def connect(self) -> pika.BlockingConnection:
-        return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port, heartbeat=0))
-
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store_args(request):
-    workdir = Path(tempfile.mkdtemp(prefix="eb-delayed-"))
-    dbname = None
-    try:
-        if request.param == "sqlite":
-            data = workdir / "data"
-            yield workdir, ["--data-dir", str(data)], f"sqlite:///{data / 'broker.db'}"
-        else:
-            admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT",
-                                  connect_args={"connect_timeout": 5})
-            try:
-                with admin.connect() as conn:
-                    conn.execute(text("SELECT 1"))
-            except Exception as exc:  # noqa: BLE001
-                admin.dispose()
-                pytest.skip(f"PostgreSQL unreachable: {exc}")
-            dbname = f"eb_delayed_{uuid.uuid4().hex[:10]}"
-            with admin.connect() as conn:
-                conn.execute(text(f'CREATE DATABASE "{dbname}"'))
-            url = make_url(PG_ADMIN_URL).set(database=dbname).render_as_string(hide_password=False)
-            try:
-                yield workdir, ["--database-url", url], url
-            finally:
-                with admin.connect() as conn:
-                    conn.execute(text(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)'))
-                admin.dispose()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+def store_args(request, workdir):
+    """(workdir, store options for the broker, SQLAlchemy URL of the store)."""
+    if request.param == "sqlite":
+        data = workdir / "data"
+        return workdir, ["--data-dir", str(data)], f"sqlite:///{data / 'broker.db'}"
+    _name, url = request.getfixturevalue("pg_database")
+    return workdir, ["--database-url", url], url
 
 
 def _rows(engine, exchange: str | None = None) -> int:
@@ -316,12 +246,12 @@ def test_restart_after_sigkill(store_args):
     the others at their due time. A tiny memory window (1 s, 40 messages) makes the broker keep
     most of them in the store only and read them back window by window."""
     workdir, args, url = store_args
-    broker = _Proc(workdir, args, {"EXCHANGE_BROKER_DELAYED_WINDOW_MS": "1000",
-                                   "EXCHANGE_BROKER_DELAYED_MEMORY": "40"})
+    broker = SubprocessBroker(workdir, args, env={"EXCHANGE_BROKER_DELAYED_WINDOW_MS": "1000",
+                                                  "EXCHANGE_BROKER_DELAYED_MEMORY": "40"})
     engine = create_engine(url)
     try:
         broker.start()
-        conn = broker.connect()
+        conn = pika_connect(broker.port)
         ch = conn.channel()
         ch.exchange_declare("dx", DELAYED, durable=True, arguments={"x-delayed-type": "direct"})
         ch.queue_declare("dq", durable=True)
@@ -358,7 +288,7 @@ def test_restart_after_sigkill(store_args):
         time.sleep(0.5)
         broker.start()
         back_at = time.time()
-        conn = broker.connect()
+        conn = pika_connect(broker.port)
         ch = conn.channel()
         ch.exchange_declare("gone", DELAYED, durable=True, arguments={"x-delayed-type": "fanout"})
         ch.queue_bind("gq", "gone", "")

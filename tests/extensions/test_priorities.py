@@ -11,7 +11,8 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from ext_helpers import count, get_all, uniq, wait_until
+from eb_support import uniq, wait_until
+from ext_helpers import count, get_all
 
 
 def publish(ch, q, body, priority=None):

@@ -11,7 +11,8 @@ import aio_pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from ext_helpers import count, uniq
+from eb_support import uniq
+from ext_helpers import count
 
 SAC = {"x-single-active-consumer": True}
 

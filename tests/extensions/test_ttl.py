@@ -12,7 +12,8 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from ext_helpers import count, get_all, uniq, wait_until
+from eb_support import uniq, wait_until
+from ext_helpers import count, get_all
 
 
 def test_queue_ttl_expires_ready_messages(ch):

@@ -8,7 +8,8 @@ import time
 
 import pika
 
-from ext_helpers import get_all, pika_connect, uniq
+from eb_support import pika_connect, uniq
+from ext_helpers import get_all
 
 PERSISTENT = 2
 

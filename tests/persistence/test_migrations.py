@@ -5,8 +5,9 @@ from pathlib import Path
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine
 
+from eb_support import table_names
 from persistence import SqlStore, migrate
 from persistence.models import Base
 
@@ -20,14 +21,6 @@ def _head() -> str:
     head = ScriptDirectory.from_config(migrate.make_config()).get_current_head()
     assert head is not None
     return head
-
-
-def _tables(url: str) -> set[str]:
-    engine = create_engine(url)
-    try:
-        return set(inspect(engine).get_table_names()) - {"alembic_version"}
-    finally:
-        engine.dispose()
 
 
 def _diff(url: str) -> list:
@@ -51,13 +44,13 @@ def test_round_trip(db_url, tmp_path, monkeypatch):
     assert migrate.current(db_url) is None
     migrate.upgrade(db_url)
     assert migrate.current(db_url) == _head()
-    assert _tables(db_url) == TABLES
+    assert table_names(db_url) == TABLES
     migrate.downgrade(db_url, "base")
     assert migrate.current(db_url) is None
-    assert _tables(db_url) == set()
+    assert table_names(db_url) == set()
     migrate.upgrade(db_url, "head")
     assert migrate.current(db_url) == _head()
-    assert _tables(db_url) == TABLES
+    assert table_names(db_url) == TABLES
 
 
 def test_no_drift_between_models_and_migrations(db_url):

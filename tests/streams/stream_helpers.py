@@ -1,28 +1,19 @@
-"""Helpers for the stream queue tests: pika/aio-pika consumers and a subprocess broker."""
+"""Helpers for the stream queue tests: declaring, publishing and consuming with pika (the
+subprocess broker and other shared scaffolding are in eb_support)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-import uuid
-from pathlib import Path
 
 import pika
 
-REPO = Path(__file__).resolve().parents[2]
+from eb_support import pika_connect
+
 STREAM = {"x-queue-type": "stream"}
 
 
-def uniq(prefix: str = "s") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 def connect(port: int) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        "127.0.0.1", port, heartbeat=0, blocked_connection_timeout=60, socket_timeout=10))
+    return pika_connect(port, blocked_connection_timeout=60, socket_timeout=10)
 
 
 def declare_stream(ch, name: str, **args) -> None:
@@ -80,75 +71,3 @@ def read(conn: pika.BlockingConnection, queue: str, n: int | None = None, *, off
         ch.basic_ack(last_tag[0], multiple=True)
     ch.close()
     return got
-
-
-class BrokerProcess:
-    """`python -m exchange_broker serve` on a free port with a given --data-dir."""
-
-    def __init__(self, data_dir: Path, env: dict | None = None) -> None:
-        self.data_dir = data_dir
-        self.env = env or {}
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-        self.log_path = data_dir / "broker.log"
-
-    def start(self, timeout: float = 30.0) -> "BrokerProcess":
-        port_file = self.data_dir / "port"
-        port_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "exchange_broker", "serve", "--host", "127.0.0.1", "--port", "0",
-               "--port-file", str(port_file), "--data-dir", str(self.data_dir / "db"),
-               "--heartbeat", "0"]
-        if _serve_has("--admin-port"):
-            cmd += ["--admin-port", "0"]  # never 15672
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        env.update(self.env)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=str(REPO), env=env, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=log,
-                                         start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited during start-up:\n{self.log()[-3000:]}")
-            try:
-                raw = port_file.read_text().strip()
-                if raw:
-                    self.port = int(raw)
-                    return self
-            except (FileNotFoundError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"broker did not start:\n{self.log()[-3000:]}")
-            time.sleep(0.02)
-
-    @property
-    def url(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown work at all."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def terminate(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-
-def _serve_has(option: str) -> bool:
-    from exchange_broker.cli import build_parser
-    serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # noqa: SLF001
-    return option in serve._option_string_actions  # noqa: SLF001

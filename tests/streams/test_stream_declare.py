@@ -9,7 +9,8 @@ import aiormq.exceptions as amqe
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from stream_helpers import STREAM, uniq
+from eb_support import uniq
+from stream_helpers import STREAM
 
 
 def _declare_error(conn, name, **kw) -> tuple[int, str]:

@@ -12,12 +12,13 @@ import time
 
 import aio_pika
 
-from stream_helpers import STREAM, connect, declare_stream, publish, read, uniq
+from eb_support import uniq
+from stream_helpers import STREAM, connect, declare_stream, publish, read
 
 
 def _rows(proc, queue: str) -> tuple[int, int, int]:
     """(count, min seq, max seq) of the stream's rows in the SQLite store."""
-    db = sqlite3.connect(proc.data_dir / "db" / "broker.db")
+    db = sqlite3.connect(proc.workdir / "db" / "broker.db")
     try:
         return db.execute(
             "SELECT count(*), min(seq), max(seq) FROM messages WHERE queue_id = "

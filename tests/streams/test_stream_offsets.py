@@ -13,7 +13,8 @@ import time
 import aio_pika
 import pytest
 
-from stream_helpers import STREAM, declare_stream, publish, read, uniq
+from eb_support import uniq
+from stream_helpers import STREAM, declare_stream, publish, read
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import time
 
 import aio_pika
 
-from stream_helpers import STREAM, declare_stream, publish, read, uniq
+from eb_support import uniq
+from stream_helpers import STREAM, declare_stream, publish, read
 
 BODY = b"x" * 98          # + 2 bytes of empty properties = 100 bytes a message
 

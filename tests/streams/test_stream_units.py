@@ -4,13 +4,9 @@ methods (SQLite, and PostgreSQL when reachable at EB_TEST_PG_URL)."""
 from __future__ import annotations
 
 import datetime
-import os
-import uuid
 
 import pytest
 from pamqp import commands
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.errors import AMQPError
@@ -78,39 +74,18 @@ def test_parse_interval():
 
 
 # -- store methods ----------------------------------------------------------------------------------
-def _pg_url():
-    admin_url = os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-    try:
-        admin = create_engine(admin_url, isolation_level="AUTOCOMMIT",
-                              connect_args={"connect_timeout": 3})
-        with admin.connect() as conn:
-            conn.execute(text("SELECT 1"))
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"PostgreSQL unreachable: {exc.__class__.__name__}")
-    return admin, admin_url
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request, tmp_path):
     if request.param == "sqlite":
-        s = SqlStore(f"sqlite:///{tmp_path / 'broker.db'}")
-        s.open()
-        yield s
-        s.close()
-        return
-    admin, admin_url = _pg_url()
-    name = f"eb_stream_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    s = SqlStore(make_url(admin_url).set(database=name).render_as_string(hide_password=False))
+        url = f"sqlite:///{tmp_path / 'broker.db'}"
+    else:
+        _name, url = request.getfixturevalue("pg_database")
+    s = SqlStore(url)
     try:
         s.open()
         yield s
     finally:
         s.close()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def test_store_stream_methods(store):
