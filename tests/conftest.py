@@ -15,8 +15,8 @@ from eb_support import (SubprocessBroker, close_quietly, create_pg_database, dis
                         drop_pg_database, pika_connect)
 from exchange_broker.testing import ThreadedBroker
 
-# `exchange-broker serve` started by tests must never take the admin API's default port 15672
-# (RabbitMQ's): off unless a test asks for a port of its own (tests/admin does).
+# `exchange-broker serve` started by tests must never take the admin API's default port, which is
+# the RabbitMQ management port on these machines: off unless a test asks for its own (tests/admin).
 os.environ["EXCHANGE_BROKER_ADMIN_PORT"] = "0"
 
 

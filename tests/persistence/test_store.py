@@ -456,16 +456,22 @@ def test_postgres_outage_is_reported_and_store_recovers(pg_url, pg_admin):
             conn.execute(text(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true'))
 
 
-def test_sqlite_locked_database_is_reported_and_store_recovers(sqlite_url):
-    """Another process holding the write lock longer than busy_timeout is a real SQLite failure."""
+def _impatient_store(sqlite_url: str) -> SqlStore:
+    """A SQLite store that gives up on a held write lock after 200 ms (a real, quick failure)."""
     store = SqlStore(sqlite_url)
     store.open()
-    qid = new_queue(store)
     # shorten the lock wait so the test is quick: runs after the store's own connect hook
     store.engine.pool.dispose()
     event.listen(
         store.engine, "connect", lambda dbapi_conn, rec: dbapi_conn.execute("PRAGMA busy_timeout=200")
     )
+    return store
+
+
+def test_sqlite_locked_database_is_reported_and_store_recovers(sqlite_url):
+    """Another process holding the write lock longer than busy_timeout is a real SQLite failure."""
+    store = _impatient_store(sqlite_url)
+    qid = new_queue(store)
     done = Collector()
     writer = GroupCommitWriter(store, done)
     writer.start()
@@ -667,13 +673,8 @@ def test_writer_submit_call_is_an_ordered_barrier(counting_store: CountingStore)
 def test_failed_batch_retries_its_removes(sqlite_url):
     """An ack (row delete) in a batch that failed (the database was locked by another process)
     is carried into the next batch, so an outage never brings an acked message back."""
-    store = SqlStore(sqlite_url)
-    store.open()
+    store = _impatient_store(sqlite_url)
     qid = new_queue(store)
-    store.engine.pool.dispose()
-    event.listen(
-        store.engine, "connect", lambda dbapi_conn, rec: dbapi_conn.execute("PRAGMA busy_timeout=200")
-    )
     done = Collector()
     writer = GroupCommitWriter(store, done)
     writer.start()

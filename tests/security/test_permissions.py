@@ -3,8 +3,8 @@
 Two views of the same rules:
 
 * ``RABBITMQ_ROWS``: 67 operations whose outcome (ok, or reply code and text) was recorded from
-  RabbitMQ 3.10 by hand (``rabbitmqctl add_user``/``set_permissions`` and pika against
-  127.0.0.1:5672) and is replayed here against our broker: refusal before existence, the
+  RabbitMQ 3.10 by hand (``rabbitmqctl add_user``/``set_permissions`` and pika against the
+  reference RabbitMQ) and is replayed here against our broker: refusal before existence, the
   order of the checks, the texts, ``amq.default``, server-named queues, AE/DLX, regex semantics.
 * ``test_permission_matrix``: every method x every combination of configure/write/read, against
   RabbitMQ's documented table ("Access Control: How Permissions Work").
