@@ -384,6 +384,8 @@ class Broker:
                 sess.mark_dirty()
         q.consumers.clear()
         q.cancel_timers()
+        if q.waiting_gets:
+            self.call_later(0, q.answer_waiting_gets)  # they now get the queue's 404
         owner = q.exclusive_owner
         if owner is not None:
             owner.exclusive_queues.discard(q)

@@ -73,6 +73,8 @@ class Queue:
         self.page_epoch = 0
         # credit flow: publishers whose reading is paused until this queue drains
         self.flow_blocked: set = set()
+        # basic.get requests waiting for a refill: (session, channel, method)
+        self.waiting_gets: list = []
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -200,6 +202,8 @@ class Queue:
         self.bytes = 0
         self.page_epoch += 1
         self.refilling = False
+        if self.waiting_gets and self.broker is not None:
+            self.broker.call_later(0, self.answer_waiting_gets)  # now empty: get-empty for them
         return purged
 
     def get(self) -> Message | None:
@@ -301,6 +305,17 @@ class Queue:
 
     def refilled(self, msgs: list, epoch: int) -> None:
         """Rows read back from the store (seq > page_cursor, ascending)."""
+        try:
+            self._refilled(msgs, epoch)
+        finally:
+            self.answer_waiting_gets()
+
+    def answer_waiting_gets(self) -> None:
+        waiting, self.waiting_gets = self.waiting_gets, []
+        for session, ch, method in waiting:
+            session.retry_get(ch, method)
+
+    def _refilled(self, msgs: list, epoch: int) -> None:
         self.refilling = False
         if epoch != self.page_epoch or self.deleted:
             return

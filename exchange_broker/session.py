@@ -429,6 +429,11 @@ class Session:
         q = self.vhost.get_queue(name, self, 60, 70)
         msg = q.get()
         if msg is None:
+            if q.paged and q.refill is not None:
+                # rows are being read back from the store: answer once they are here, not get-empty
+                q.waiting_gets.append((self, ch, m))
+                q.maybe_refill()
+                return
             self._reply(ch, B.GetEmpty())
             return
         tag = ch.next_tag
@@ -446,6 +451,16 @@ class Session:
             q.unacked += 1
             msg.delivered_at = time.monotonic()  # the consumer timeout covers basic.get too
             self.broker.delivered(msg)
+
+    def retry_get(self, ch: Channel, m) -> None:
+        """A basic.get that waited for a paged queue's refill (or its purge) is answered now."""
+        if self.closed or ch.closed or self.channels.get(ch.number) is not ch:
+            return
+        try:
+            self._basic_get(ch, m)
+        except AMQPError as err:
+            self._error(ch.number, err.for_method(60, 70))
+        self.mark_dirty()
 
     def _basic_recover(self, ch: Channel, m) -> None:
         ch.recover(m.requeue)

@@ -12,6 +12,7 @@ import asyncio
 import time
 
 import aio_pika
+import pika
 
 from durability_helpers import LeanPublisher, connect, message_count, publish_confirmed
 from eb_support import close_quietly, wait_until
@@ -188,3 +189,24 @@ def test_refill_respects_the_window_for_large_messages(broker_factory, backend):
               f"after publish {after_publish:.0f}, peak while consuming {peak:.0f}")
     finally:
         close_quietly(conn)
+
+
+def test_basic_get_never_reports_empty_while_pages_are_being_read_back(spawn_broker, workdir):
+    """basic.get on a paged queue waits for the refill instead of answering get-empty."""
+    proc = spawn_broker("--data-dir", str(workdir / "data"), "--queue-window", "2")
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    try:
+        ch = conn.channel()
+        ch.queue_declare("gets", durable=True)
+        ch.confirm_delivery()
+        for i in range(600):
+            ch.basic_publish("", "gets", str(i).encode(), pika.BasicProperties(delivery_mode=2))
+        got = []
+        for _ in range(600):
+            method, _props, body = ch.basic_get("gets", auto_ack=True)
+            assert method is not None, f"get-empty after {len(got)} of 600 messages"
+            got.append(int(body))
+        assert got == list(range(600))
+        assert ch.basic_get("gets")[0] is None  # and empty once it really is
+    finally:
+        conn.close()
