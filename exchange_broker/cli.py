@@ -129,6 +129,10 @@ def serve(args) -> int:
         return runner(run(args))
     except KeyboardInterrupt:
         return 0
+    except OSError as exc:  # e.g. the port is taken, or the data directory is not writable
+        log.error("exchange-broker cannot start: %s", exc.strerror or exc)
+        print(f"exchange-broker: cannot start: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
