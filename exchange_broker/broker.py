@@ -92,7 +92,7 @@ class Broker:
         if vh is None:
             vh = self.vhosts[name] = VHost(self, name)
             if store:
-                self.durability.vhost_added(name) if hasattr(self.durability, "vhost_added") else None
+                self.durability.vhost_added(name)
         return vh
 
     def add_user(self, name: str, password: str | None, tags: list[str] | None = None, *,

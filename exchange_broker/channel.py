@@ -133,8 +133,7 @@ class Channel:
         if ex.name == "" and routing_key.startswith(REPLY_PREFIX):
             routed = reply_to.deliver(routing_key, properties, body)
             if not routed and mandatory:
-                sess.conn.send_parts(codec.return_frames(self.number, NO_ROUTE, "NO_ROUTE", ex.name,
-                                                         routing_key, properties, body, sess.conn.frame_max))
+                self._return_unroutable(ex.name, routing_key, properties, body)
             if seq:
                 self._confirm_enqueue(seq, 1)
             sess.mark_dirty()
@@ -145,9 +144,7 @@ class Channel:
         result = sess.broker.publish(sess.vhost, ex, msg, bool(flags & codec.FLAG_HEADERS), sess, ttl)
         routed, waiter, rejected = result
         if not routed and mandatory:
-            sess.conn.send_parts(codec.return_frames(self.number, NO_ROUTE, "NO_ROUTE", ex.name,
-                                                     routing_key, properties, body, sess.conn.frame_max))
-            sess.mark_dirty()
+            self._return_unroutable(ex.name, routing_key, properties, body)
         if seq:
             if rejected:
                 self._confirm_enqueue(seq, 2)
@@ -159,6 +156,13 @@ class Channel:
                 waiter.add(self._confirmed, entry)
         elif tokens is not None and waiter is not None:
             tokens.append(waiter)
+
+    def _return_unroutable(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> None:
+        """basic.return 312 NO_ROUTE for a mandatory publish that reached no queue."""
+        conn = self.session.conn
+        conn.send_parts(codec.return_frames(self.number, NO_ROUTE, "NO_ROUTE", exchange, routing_key,
+                                            properties, body, conn.frame_max))
+        self.session.mark_dirty()
 
     def _confirm_enqueue(self, seq: int, state: int) -> None:
         if not self.unconfirmed and state == 1:

@@ -141,7 +141,6 @@ _SIZED = {ord("S"), ord("x"), ord("A"), ord("F")}
 _NUMBER = {ord(k): struct.Struct(f) for k, f in (("b", ">b"), ("B", ">B"), ("s", ">h"), ("u", ">H"),
                                                   ("U", ">h"), ("I", ">i"), ("i", ">I"), ("l", ">q"),
                                                   ("L", ">q"), ("f", ">f"), ("d", ">d"))}
-_FLAG_CT, _FLAG_CE, _FLAG_HEADERS = 1 << 15, 1 << 14, 1 << 13
 _X_DELAY = b"\x07x-delay"
 _UNREADABLE = object()
 _NOT_A_DELAY = object()
@@ -149,17 +148,9 @@ _NOT_A_DELAY = object()
 
 def _headers_span(raw: bytes) -> tuple[int, int] | None:
     """(start, end) of the headers field table's entries in raw content-header properties."""
-    flags = (raw[0] << 8) | raw[1]
-    if not flags & _FLAG_HEADERS:
+    flags, pos = codec.headers_offset(raw)
+    if not flags & codec.FLAG_HEADERS:
         return None
-    pos = 2
-    if flags & 1:  # continuation flag words
-        while (raw[pos - 2] << 8 | raw[pos - 1]) & 1:
-            pos += 2
-    if flags & _FLAG_CT:
-        pos += 1 + raw[pos]
-    if flags & _FLAG_CE:
-        pos += 1 + raw[pos]
     end = pos + 4 + int.from_bytes(raw[pos:pos + 4], "big")
     return (pos + 4, end) if end <= len(raw) else None
 
@@ -469,7 +460,7 @@ class DelayedExchanges:
             self._releasing = True
             try:
                 ttl = None  # per-message TTL runs from the enqueue, i.e. from now
-                if flags & getattr(codec, "FLAG_EXPIRATION", 0):
+                if flags & codec.FLAG_EXPIRATION:
                     from .queue_args import parse_expiration
                     ttl = parse_expiration(m.props.get("expiration"))
                 broker.publish(vh, ex, m, True, None, ttl)

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 
 from .protocol.constants import PRECONDITION_FAILED
 from .protocol.errors import AMQPError
-
-_NAME_RE = re.compile(r"^[\w\-.:@/ +~#*%!$&'(),;=?\[\]]*$", re.UNICODE)
 
 
 def check_name(kind: str, name: str, class_id: int, method_id: int) -> None:

@@ -86,10 +86,6 @@ class Queue:
         return len(self.ready) + self.paged + len(self.held)
 
     @property
-    def ready_bytes(self) -> int:
-        return self.bytes
-
-    @property
     def pageable(self) -> bool:
         """Paging keeps FIFO order by sequence; priority and length-limited queues stay in memory
         (a length limit already bounds them)."""

@@ -564,7 +564,7 @@ class BrokerService:
             if getattr(q, "is_stream", False):
                 b_ready = int(getattr(q, "total_bytes", 0))
             else:
-                b_ready = q.ready_bytes + sum(len(m.body) for m in getattr(q, "held", ()))
+                b_ready = q.bytes  # every ready message: in memory, paged to the store or held
         except Exception:
             b_ready = 0
         zero = {"rate": 0.0}

@@ -172,8 +172,6 @@ class Session:
 
     def _handle_closing(self, event) -> None:
         """Release every resource of this connection (idempotent)."""
-        if event is not None and event.by_client is False and event.code:
-            pass
         for ch in list(self.channels.values()):
             ch.close()
         self.channels.clear()

@@ -192,21 +192,12 @@ def check_stream_arguments(desc: str, arguments: dict) -> None:
 _OFFSET_KEY = b"\x0fx-stream-offset"
 _ENTRY_LEN = 16 + 1 + 8                  # key shortstr (len + 15 bytes), type 'l', int64
 _U32 = struct.Struct(">I")
-_FLAG_CT, _FLAG_CE, _FLAG_HEADERS = 1 << 15, 1 << 14, 1 << 13
 
 
 def _template(raw: bytes) -> tuple[bytes, bytes]:
     """(head, tail): ``head + int64 offset + tail`` are ``raw`` with the x-stream-offset header."""
-    flags = (raw[0] << 8) | raw[1]
-    pos = 2
-    if flags & 1:  # continuation flag words
-        while (raw[pos - 2] << 8 | raw[pos - 1]) & 1:
-            pos += 2
-    if flags & _FLAG_CT:
-        pos += 1 + raw[pos]
-    if flags & _FLAG_CE:
-        pos += 1 + raw[pos]
-    if flags & _FLAG_HEADERS:
+    flags, pos = codec.headers_offset(raw)
+    if flags & codec.FLAG_HEADERS:
         size = _U32.unpack_from(raw, pos)[0]
         table = raw[pos + 4:pos + 4 + size]
         if _OFFSET_KEY in table:  # e.g. a stream message republished: replace, don't duplicate
@@ -217,7 +208,7 @@ def _template(raw: bytes) -> tuple[bytes, bytes]:
                 return _template(codec.encode_properties(props))
         return (b"".join((raw[:pos], _U32.pack(size + _ENTRY_LEN), table, _OFFSET_KEY, b"l")),
                 raw[pos + 4 + size:])
-    flags |= _FLAG_HEADERS
+    flags |= codec.FLAG_HEADERS
     return (b"".join((bytes((flags >> 8, flags & 0xFF)), raw[2:pos], _U32.pack(_ENTRY_LEN),
                       _OFFSET_KEY, b"l")), raw[pos:])
 

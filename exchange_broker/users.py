@@ -2,8 +2,8 @@
 
 The Broker delegates here (``Broker.delete_user`` ...) so the admin API, definitions import and
 the command line all change users the same way. Every change is written through the broker's
-durability (``SqlDurability``: ordered definition writes) when it has the hook; the in-memory
-``NullDurability`` has none, and nothing is stored.
+durability (``SqlDurability``: ordered definition writes); the in-memory ``NullDurability``
+stores nothing.
 
 RabbitMQ behaviours kept (checked by hand against RabbitMQ 3.10):
 
@@ -30,21 +30,15 @@ log = logging.getLogger("exchange_broker.users")
 KNOWN_TAGS = ("administrator", "management", "monitoring", "policymaker", "impersonator")
 
 
-def _hook(broker: "Broker", name: str):
-    return getattr(broker.durability, name, None)
-
 
 def stored_user(broker: "Broker", user: User) -> None:
-    hook = _hook(broker, "user_added")
-    if hook is not None:
-        hook(user)
+    broker.durability.user_added(user)
 
 
 def stored_permission(broker: "Broker", user: str, vhost: str) -> None:
-    hook = _hook(broker, "permission_set")
     triple = broker.permissions.get((user, vhost))
-    if hook is not None and triple is not None:
-        hook(user, vhost, *triple)
+    if triple is not None:
+        broker.durability.permission_set(user, vhost, *triple)
 
 
 def check_algorithm(algorithm: str) -> None:
@@ -76,9 +70,7 @@ def delete_user(broker: "Broker", name: str) -> bool:
         return False
     for key in [k for k in broker.permissions if k[0] == name]:
         del broker.permissions[key]
-    hook = _hook(broker, "user_deleted")
-    if hook is not None:
-        hook(name)
+    broker.durability.user_deleted(name)
     n = _close_sessions(broker, lambda s: s.user == name, f"user '{name}' is deleted")
     log.info("user '%s' deleted (%d connections closed)", name, n)
     return True
@@ -87,9 +79,7 @@ def delete_user(broker: "Broker", name: str) -> bool:
 def clear_permissions(broker: "Broker", user: str, vhost: str) -> bool:
     if broker.permissions.pop((user, vhost), None) is None:
         return False
-    hook = _hook(broker, "permission_cleared")
-    if hook is not None:
-        hook(user, vhost)
+    broker.durability.permission_cleared(user, vhost)
     return True
 
 
@@ -107,9 +97,7 @@ def delete_vhost(broker: "Broker", name: str) -> bool:
     del broker.vhosts[name]
     for key in [k for k in broker.permissions if k[1] == name]:
         del broker.permissions[key]
-    hook = _hook(broker, "vhost_deleted")
-    if hook is not None:
-        hook(name)  # the store drops the vhost's rows: queues, messages, bindings, permissions
+    broker.durability.vhost_deleted(name)  # the store drops the vhost's rows: queues, messages, bindings, permissions
     log.info("vhost '%s' deleted (%d connections closed)", name, n)
     return True
 

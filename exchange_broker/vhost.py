@@ -153,7 +153,7 @@ class VHost:
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
         cid, mid = 40, 20
         if name == "" or name.startswith("amq."):
-            raise AMQPError(ACCESS_REFUSED, f"operation not permitted on the default exchange"
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange"
                             if name == "" else f"deletion of system {self.describe('exchange', name)} "
                             f"not allowed", cid, mid, hard=False)
         ex = self.exchanges.get(name)
@@ -195,7 +195,7 @@ class VHost:
              class_id: int, method_id: int, owner: object = None) -> None:
         arguments = arguments or {}
         if source == "":
-            raise AMQPError(ACCESS_REFUSED, f"operation not permitted on the default exchange",
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange",
                             class_id, method_id, hard=False)
         if dest_type == "queue":
             self.get_queue(dest, owner, class_id, method_id)
@@ -215,7 +215,7 @@ class VHost:
                class_id: int, method_id: int, owner: object = None) -> None:
         arguments = arguments or {}
         if source == "":
-            raise AMQPError(ACCESS_REFUSED, f"operation not permitted on the default exchange",
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange",
                             class_id, method_id, hard=False)
         ex = self.exchanges.get(source)
         target = self.queues.get(dest) if dest_type == "queue" else self.exchanges.get(dest)

@@ -10,11 +10,10 @@ from __future__ import annotations
 import struct
 
 from pamqp import commands, frame as pframe
-from pamqp import decode as pdecode
 
-from .constants import FRAME_BODY, FRAME_END_BYTE, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD
+from .constants import (FRAME_BODY, FRAME_END_BYTE, FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT,
+                        FRAME_METHOD, SYNTAX_ERROR)
 from .errors import AMQPError
-from .constants import FRAME_ERROR, SYNTAX_ERROR
 
 _FRAME_HDR = struct.Struct(">BHI")
 _DELIVER_HEAD = struct.Struct(">BHIHH")  # frame type, channel, size, class, method
@@ -182,9 +181,6 @@ def too_deep(value, limit: int = MAX_TABLE_DEPTH) -> bool:
 
 # --- content header properties, parsed lazily ---------------------------------------------------
 
-_PROP_SHORTSTR = {15, 14, 10, 9, 8, 7, 5, 4, 3, 2}
-
-
 def parse_properties(raw: bytes) -> dict:
     """Decode raw content-header property bytes (flags + values) into a dict of set properties."""
     out: dict = {}
@@ -222,6 +218,22 @@ FLAG_HEADERS = _FLAG_HEADERS
 FLAG_EXPIRATION = 1 << 8
 
 
+def headers_offset(raw: bytes) -> tuple[int, int]:
+    """(property flags, position of the headers field) in raw content-header properties: the
+    headers table, when ``flags & FLAG_HEADERS``, starts there with its 4-byte length. Raises
+    IndexError on truncated input."""
+    flags = (raw[0] << 8) | raw[1]
+    pos = 2
+    if flags & 1:  # continuation flag words: skip
+        while (raw[pos - 2] << 8 | raw[pos - 1]) & 1:
+            pos += 2
+    if flags & _FLAG_CT:
+        pos += 1 + raw[pos]
+    if flags & _FLAG_CE:
+        pos += 1 + raw[pos]
+    return flags, pos
+
+
 def quick_properties(raw: bytes) -> tuple[int, int, bool]:
     """Fast path: (delivery_mode, priority, flags) without decoding tables; ``flags`` is the
     property-presence word (test ``FLAG_HEADERS`` / ``FLAG_EXPIRATION``).
@@ -229,15 +241,7 @@ def quick_properties(raw: bytes) -> tuple[int, int, bool]:
     Raises AMQPError on truncated input.
     """
     try:
-        flags = (raw[0] << 8) | raw[1]
-        pos = 2
-        if flags & 1:  # continuation flag words: skip
-            while (raw[pos - 2] << 8 | raw[pos - 1]) & 1:
-                pos += 2
-        if flags & _FLAG_CT:
-            pos += 1 + raw[pos]
-        if flags & _FLAG_CE:
-            pos += 1 + raw[pos]
+        flags, pos = headers_offset(raw)
         if flags & _FLAG_HEADERS:
             pos += 4 + int.from_bytes(raw[pos:pos + 4], "big")
         dm = 0
@@ -253,6 +257,3 @@ def quick_properties(raw: bytes) -> tuple[int, int, bool]:
     except IndexError:
         raise AMQPError(SYNTAX_ERROR, "malformed content header properties", 60, 40, hard=True) from None
 
-
-def decode_field_table(raw: bytes) -> dict:
-    return pdecode.field_table(raw)[1]
