@@ -17,6 +17,15 @@ from ext_helpers import count
 SAC = {"x-single-active-consumer": True}
 
 
+def _sac_queue(connect):
+    """A connection, a channel and a fresh single-active-consumer queue declared on it."""
+    conn = connect()
+    ch = conn.channel()
+    q = uniq("sac")
+    ch.queue_declare(q, arguments=SAC)
+    return conn, ch, q
+
+
 def _pump(conn, until, timeout=5.0):
     deadline = time.monotonic() + timeout
     while not until() and time.monotonic() < deadline:
@@ -43,10 +52,7 @@ class Recorder:
 
 
 def test_only_one_consumer_receives_in_order(connect):
-    conn = connect()
-    ch = conn.channel()
-    q = uniq("sac")
-    ch.queue_declare(q, arguments=SAC)
+    conn, ch, q = _sac_queue(connect)
     got = []
     Recorder(conn, q, "first", got)
     Recorder(conn, q, "second", got)
@@ -59,10 +65,7 @@ def test_only_one_consumer_receives_in_order(connect):
 
 
 def test_a_full_active_consumer_does_not_pass_messages_to_the_others(connect):
-    conn = connect()
-    ch = conn.channel()
-    q = uniq("sac")
-    ch.queue_declare(q, arguments=SAC)
+    conn, ch, q = _sac_queue(connect)
     got = []
     Recorder(conn, q, "active", got, prefetch=2, ack=False)
     Recorder(conn, q, "waiting", got)
@@ -77,10 +80,7 @@ def test_channel_close_hands_over_with_unacked_requeued_first(connect):
     """The active consumer's channel is closed (here by the broker: an unknown delivery tag) while
     it holds unacked messages: they are requeued at the head before the next consumer takes over.
     (pika's own channel.close() sends basic.cancel first, which hands over before the requeue.)"""
-    conn = connect()
-    ch = conn.channel()
-    q = uniq("sac")
-    ch.queue_declare(q, arguments=SAC)
+    conn, ch, q = _sac_queue(connect)
     got = []
     active = Recorder(conn, q, "active", got, prefetch=3, ack=False)
     Recorder(conn, q, "next", got)
@@ -98,10 +98,7 @@ def test_channel_close_hands_over_with_unacked_requeued_first(connect):
 
 
 def test_connection_loss_hands_over_with_unacked_requeued_first(connect):
-    conn = connect()
-    ch = conn.channel()
-    q = uniq("sac")
-    ch.queue_declare(q, arguments=SAC)
+    conn, ch, q = _sac_queue(connect)
     got_a, got_b = [], []
     other = connect()
     Recorder(other, q, "a", got_a, prefetch=1, ack=False)
@@ -118,10 +115,7 @@ def test_connection_loss_hands_over_with_unacked_requeued_first(connect):
 def test_pika_channel_close_cancels_then_requeues(connect):
     """pika's BlockingChannel.close() cancels its consumers first: the next consumer takes over
     the ready messages at once; the closed channel's unacked ones follow, redelivered."""
-    conn = connect()
-    ch = conn.channel()
-    q = uniq("sac")
-    ch.queue_declare(q, arguments=SAC)
+    conn, ch, q = _sac_queue(connect)
     got = []
     active = Recorder(conn, q, "active", got, prefetch=2, ack=False)
     Recorder(conn, q, "next", got)
@@ -137,10 +131,7 @@ def test_pika_channel_close_cancels_then_requeues(connect):
 
 
 def test_cancel_hands_over_new_messages(connect):
-    conn = connect()
-    ch = conn.channel()
-    q = uniq("sac")
-    ch.queue_declare(q, arguments=SAC)
+    conn, ch, q = _sac_queue(connect)
     got = []
     first = Recorder(conn, q, "first", got)
     Recorder(conn, q, "second", got)
@@ -153,10 +144,7 @@ def test_cancel_hands_over_new_messages(connect):
 
 
 def test_messages_wait_for_the_next_consumer(connect):
-    conn = connect()
-    ch = conn.channel()
-    q = uniq("sac")
-    ch.queue_declare(q, arguments=SAC)
+    conn, ch, q = _sac_queue(connect)
     got = []
     first = Recorder(conn, q, "first", got)
     first.ch.close()

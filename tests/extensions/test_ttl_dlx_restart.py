@@ -8,7 +8,7 @@ import time
 
 import pika
 
-from eb_support import pika_connect, uniq
+from eb_support import pika_connect, uniq, wait_until
 from ext_helpers import get_all
 
 PERSISTENT = 2
@@ -74,11 +74,7 @@ def test_expired_while_down_is_dead_lettered_after_restart(broker_proc):
     conn = pika_connect(bp.port)
     try:
         ch = conn.channel()
-        deadline = time.monotonic() + 5
-        got = []
-        while not got and time.monotonic() < deadline:
-            got = get_all(ch, dlq)
-            time.sleep(0.05)
+        got = wait_until(lambda: get_all(ch, dlq), timeout=5, interval=0.05)
         assert [b for _m, _p, b in got] == [b"doomed"]
         [death] = got[0][1].headers["x-death"]
         assert (death["reason"], death["queue"]) == ("expired", src)
