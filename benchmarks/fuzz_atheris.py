@@ -39,8 +39,8 @@ with atheris.instrument_imports(include=["exchange_broker", "routing", "pamqp"])
     from pamqp import commands  # noqa: E402
     from pamqp import frame as pframe  # noqa: E402
 
-    from exchange_broker.broker import Broker  # noqa: E402
-    from exchange_broker.session import Session  # noqa: E402
+    from exchange_broker.core.broker import Broker  # noqa: E402
+    from exchange_broker.connection.session import Session  # noqa: E402
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 HANDSHAKE = (PROTOCOL_HEADER

@@ -7,8 +7,8 @@ import logging
 import os
 import sys
 
-from .broker import Broker
-from .server import BrokerServer, install_signal_handlers
+from exchange_broker.core.broker import Broker
+from exchange_broker.server.listener import BrokerServer, install_signal_handlers
 
 log = logging.getLogger("exchange_broker")
 
@@ -43,8 +43,8 @@ async def build(args, loop) -> tuple[Broker, object]:
     broker = Broker()
     durability = None
     if not getattr(args, "in_memory", False):
-        from .recovery import restore
-        from .sql_durability import SqlDurability
+        from exchange_broker.durability.recovery import restore
+        from exchange_broker.durability.sql import SqlDurability
         store = await loop.run_in_executor(None, open_store, args)
         durability = SqlDurability(store, loop, window=args.queue_window)
         # recovery may expire and dead-letter messages whose TTL passed while the broker was down:
@@ -61,7 +61,7 @@ async def build(args, loop) -> tuple[Broker, object]:
 
 def configure(broker: Broker, server: BrokerServer, args) -> None:
     """Resource alarms and timeouts from the command line."""
-    from .resources import ResourceMonitor, parse_size, total_memory
+    from exchange_broker.server.resources import ResourceMonitor, parse_size, total_memory
     broker.consumer_timeout_ms = args.consumer_timeout
     memory = parse_size(args.memory_high_watermark, relative_to=total_memory())
     disk = parse_size(args.disk_free_limit)
@@ -76,7 +76,7 @@ async def start_admin(args, broker: Broker, server: BrokerServer):
     port = getattr(args, "admin_port", 0)
     if not port:
         return None
-    from .admin.server import AdminServer
+    from exchange_broker.management.server import AdminServer
     host = getattr(args, "admin_host", None) or args.host
     tls = getattr(server, "tls", None)  # HTTPS with the amqps certificate (tls.py)
     ssl_options = tls.uvicorn_options() if tls is not None and not getattr(args, "no_admin_tls", False) \
@@ -99,8 +99,8 @@ async def run(args) -> int:
     import gc
     gc.collect()
     gc.freeze()  # start-up objects are never scanned again: full GC pauses drop from ~250 to ~60 ms
-    from .server import HANDSHAKE_TIMEOUT
-    from .tls import from_args as tls_from_args
+    from exchange_broker.server.listener import HANDSHAKE_TIMEOUT
+    from exchange_broker.server.tls import from_args as tls_from_args
     server = BrokerServer(broker, args.host, args.port, limits=limits_from(args),
                           handshake_timeout=getattr(args, "handshake_timeout", HANDSHAKE_TIMEOUT),
                           tls=tls_from_args(args))

@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--handshake-timeout", type=float,
                    default=float(_env("EXCHANGE_BROKER_HANDSHAKE_TIMEOUT", 10)),
                    help="seconds a socket may take to finish the TLS and AMQP handshakes (default 10)")
-    from .tls import add_arguments as add_tls_arguments
+    from exchange_broker.server.tls import add_arguments as add_tls_arguments
     add_tls_arguments(s)
     _store_args(s)
     s.add_argument("--in-memory", action="store_true",
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name != "current":
             c.add_argument("revision", nargs="?", default="head" if name == "upgrade" else None)
         c.add_argument("--log-level", default=_env("EXCHANGE_BROKER_LOG_LEVEL", "INFO"))
-    from .admin.cli import add_parser as add_admin_parser
+    from exchange_broker.management.cli import add_parser as add_admin_parser
     add_admin_parser(sub)
     return p
 
@@ -91,7 +91,7 @@ def _store_args(p: argparse.ArgumentParser) -> None:
 
 def db_command(args) -> int:
     from persistence import migrate
-    from .app import database_url
+    from exchange_broker.app import database_url
     url = database_url(args)
     if args.db_command == "upgrade":
         migrate.upgrade(url, args.revision or "head")
@@ -113,13 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "db":
         return db_command(args)
     if args.command == "admin":
-        from .admin.cli import run as admin_run
+        from exchange_broker.management.cli import run as admin_run
         return admin_run(args)
     return 2
 
 
 def serve(args) -> int:
-    from .app import run
+    from exchange_broker.app import run
     try:
         import uvloop  # noqa: F401
         runner = uvloop.run

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from .broker import Broker
-from .server import BrokerServer
+from exchange_broker.core.broker import Broker
+from exchange_broker.server.listener import BrokerServer
 
 
 class ThreadedBroker:
@@ -57,7 +57,7 @@ class ThreadedBroker:
         self._stopped = asyncio.Event()
         await self.server.start()
         if self._admin_port is not None:
-            from .admin.server import AdminServer
+            from exchange_broker.management.server import AdminServer
             self.admin = AdminServer(self.broker, self.server.host, self._admin_port, amqp_server=self.server)
             await self.admin.start()
         self._ready.set()

@@ -11,9 +11,9 @@ import struct
 
 from pamqp import commands, frame as pframe
 
-from .constants import (FRAME_BODY, FRAME_END_BYTE, FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT,
+from exchange_broker.protocol.constants import (FRAME_BODY, FRAME_END_BYTE, FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT,
                         FRAME_METHOD, SYNTAX_ERROR)
-from .errors import AMQPError
+from exchange_broker.protocol.errors import AMQPError
 
 _FRAME_HDR = struct.Struct(">BHI")
 _DELIVER_HEAD = struct.Struct(">BHIHH")  # frame type, channel, size, class, method

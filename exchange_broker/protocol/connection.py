@@ -12,15 +12,15 @@ from typing import Callable
 
 from pamqp import commands
 
-from . import codec
-from . import events as ev
-from .constants import (BASIC_ACK, BASIC_NACK, BASIC_PUBLISH, BASIC_REJECT, CHANNEL_ERROR,
+from exchange_broker.protocol import codec
+from exchange_broker.protocol import events as ev
+from exchange_broker.protocol.constants import (BASIC_ACK, BASIC_NACK, BASIC_PUBLISH, BASIC_REJECT, CHANNEL_ERROR,
                         CHANNEL_MAX_DEFAULT, FRAME_BODY, FRAME_END,
                         FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_MAX_DEFAULT,
                         FRAME_METHOD, FRAME_MIN_SIZE, HEARTBEAT_DEFAULT, MAX_MESSAGE_SIZE_DEFAULT,
                         NOT_ALLOWED, PRECONDITION_FAILED, PROTOCOL_HEADER, UNEXPECTED_FRAME,
                         ACCESS_REFUSED)
-from .errors import AMQPError
+from exchange_broker.protocol.errors import AMQPError
 
 _FRAME_HDR = struct.Struct(">BHI")
 _CONTENT_HDR = struct.Struct(">HHQ")

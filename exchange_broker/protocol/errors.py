@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .constants import HARD_ERRORS, REPLY_NAMES
+from exchange_broker.protocol.constants import HARD_ERRORS, REPLY_NAMES
 
 
 class AMQPError(Exception):

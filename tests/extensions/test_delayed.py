@@ -340,10 +340,10 @@ def test_store_window_under_concurrent_publishing(tmp_path):
     store. Each arrives once, none early, in due order; every row is gone afterwards."""
     import random
 
-    from exchange_broker.broker import Broker
-    from exchange_broker.delayed import DelayedExchanges
-    from exchange_broker.recovery import restore
-    from exchange_broker.sql_durability import SqlDurability
+    from exchange_broker.core.broker import Broker
+    from exchange_broker.core.delayed import DelayedExchanges
+    from exchange_broker.durability.recovery import restore
+    from exchange_broker.durability.sql import SqlDurability
     from exchange_broker.testing import ThreadedBroker
     from persistence.sql_store import SqlStore
 

@@ -16,7 +16,7 @@ from pamqp import exceptions as pexc
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
-from exchange_broker.broker import Broker
+from exchange_broker.core.broker import Broker
 from exchange_broker.protocol import events as ev
 from exchange_broker.protocol.codec import HEARTBEAT_FRAME
 from exchange_broker.protocol.connection import ServerConnection, TooLarge

@@ -32,8 +32,8 @@ from pamqp import commands
 from pamqp import frame as pframe
 from sec_helpers import Raw, wait_for
 
-from exchange_broker.broker import Broker
-from exchange_broker.session import Session
+from exchange_broker.core.broker import Broker
+from exchange_broker.connection.session import Session
 from exchange_broker.testing import ThreadedBroker
 
 _BASE = settings(deadline=None, derandomize=True, database=None,

@@ -23,10 +23,10 @@ from pamqp import commands
 from pamqp import frame as pframe
 from sec_helpers import PROTOCOL_HEADER, close_quietly, connect, roundtrip
 
-from exchange_broker.auth import (HASHING_MD5, HASHING_SHA256, HASHING_SHA512, check_password,
+from exchange_broker.core.auth import (HASHING_MD5, HASHING_SHA256, HASHING_SHA512, check_password,
                                   hash_password)
-from exchange_broker.broker import Broker
-from exchange_broker.session import Session
+from exchange_broker.core.broker import Broker
+from exchange_broker.connection.session import Session
 from exchange_broker.testing import ThreadedBroker
 
 NOOP = lambda *a: None  # noqa: E731

@@ -22,8 +22,8 @@ from pamqp import commands
 from pamqp import frame as pframe
 from sec_helpers import Raw, close_quietly, connect, wait_for
 
-from exchange_broker.channel import OUTPUT_BUDGET
-from exchange_broker.server import WRITE_HIGH_WATER
+from exchange_broker.connection.channel import OUTPUT_BUDGET
+from exchange_broker.server.listener import WRITE_HIGH_WATER
 from exchange_broker.testing import ThreadedBroker
 
 # what one connection may hold in user space: the transport's high-water mark, plus what the

@@ -19,7 +19,7 @@ import pytest
 from sec_helpers import PROTOCOL_HEADER, make_pki, roundtrip, wait_for
 
 from exchange_broker.testing import ThreadedBroker
-from exchange_broker.tls import TLSConfig
+from exchange_broker.server.tls import TLSConfig
 
 pytest.importorskip("cryptography")
 
@@ -163,7 +163,7 @@ def test_verify_peer_needs_a_ca(pki):
 
 def test_admin_api_over_https(pki):
     pytest.importorskip("uvicorn")
-    from exchange_broker.admin.server import AdminServer
+    from exchange_broker.management.server import AdminServer
 
     tls = TLSConfig(str(pki.server_cert), str(pki.server_key), port=0)
     with ThreadedBroker(tls=tls) as tb:

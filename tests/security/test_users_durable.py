@@ -10,10 +10,10 @@ import pika
 import pytest
 from sec_helpers import close_quietly, connect, roundtrip
 
-from exchange_broker.auth import HASHING_SHA512, hash_password
-from exchange_broker.broker import Broker
-from exchange_broker.recovery import restore
-from exchange_broker.sql_durability import SqlDurability
+from exchange_broker.core.auth import HASHING_SHA512, hash_password
+from exchange_broker.core.broker import Broker
+from exchange_broker.durability.recovery import restore
+from exchange_broker.durability.sql import SqlDurability
 from exchange_broker.testing import ThreadedBroker
 
 
@@ -148,7 +148,7 @@ def test_admin_api_user_changes_are_stored(url):
     import json
     import urllib.request
 
-    from exchange_broker.admin.server import AdminServer
+    from exchange_broker.management.server import AdminServer
 
     b = DurableBroker(url)
     admin = AdminServer(b.broker, "127.0.0.1", 0, amqp_server=b.tb.server)

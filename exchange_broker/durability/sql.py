@@ -1,0 +1,240 @@
+"""Durability through the SQL store: ordered, batched writes off the event loop.
+
+* Message appends, removes (acks) and delivered marks gathered during one
+  event-loop turn go to the group-commit writer as one submit; the writer
+  folds whatever is queued into one transaction.
+* Definition changes (exchanges, queues, bindings, vhosts) are ordered
+  "barrier" operations on the same writer thread, so a queue row always
+  exists before its first message row, and is gone only after its last.
+* ``append`` returns a :class:`Waiter` fired on the event loop once the batch
+  holding the message has committed (ok) or failed (not ok): publisher
+  confirms and tx.commit-ok wait on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from pamqp import encode as pencode
+
+from persistence.store import StoredMessage
+from persistence.writer import GroupCommitWriter
+
+from exchange_broker.core.ports import Waiter
+
+log = logging.getLogger("exchange_broker.persistence")
+
+
+def encode_args(arguments: dict | None) -> bytes:
+    return pencode.field_table(arguments or {})
+
+
+class SqlDurability:
+    enabled = True
+
+    def __init__(self, store, loop: asyncio.AbstractEventLoop, window: int = 20000) -> None:
+        self.store = store
+        self.window = window
+        self.loop = loop
+        self.writer = GroupCommitWriter(store, self._on_done_thread)
+        self.next_queue_id = 1
+        self._appends: list[StoredMessage] = []
+        self._removes: list[tuple[int, int]] = []
+        self._marks: dict[int, int] = {}
+        self._waiter: Waiter | None = None
+        self._scheduled = False
+        self.failing = False
+        self.paging_queues: set = set()
+        self.on_commit: list[Callable[[], None]] = [self._evict_all]  # on the loop after a good batch
+        self.on_health: Callable[[bool, str], None] = lambda ok, why: None
+        self.pending_definition: Waiter | None = None  # the last definition write submitted
+
+    def start(self) -> None:
+        self.writer.start()
+
+    def stop(self) -> None:
+        self._submit()
+        self.writer.stop()
+
+    # -- batching ------------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._submit)
+
+    def _submit(self) -> None:
+        self._scheduled = False
+        if not (self._appends or self._removes or self._marks):
+            return
+        token = self._waiter
+        self.writer.submit(token, self._appends, self._removes, self._marks)
+        self._appends, self._removes, self._marks, self._waiter = [], [], {}, None
+
+    def _definition(self, fn: Callable) -> None:
+        """An ordered definition write: everything submitted before it is written first.
+        ``pending_definition`` fires once it is committed: declare-ok & co. wait for it."""
+        self._submit()
+        waiter = self.pending_definition = Waiter()
+        self.writer.submit_call(waiter, fn)
+
+    def _on_done_thread(self, tokens: list, error: BaseException | None) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self._on_done, tokens, error)
+        except RuntimeError:
+            pass  # loop closed during shutdown
+
+    def _on_done(self, tokens: list, error: BaseException | None) -> None:
+        ok = error is None
+        if not ok and not self.failing:
+            self.failing = True
+            log.error("database write failed; publishers are nacked until it recovers: %s", error)
+            self.on_health(False, str(error))
+        elif ok and self.failing:
+            self.failing = False
+            log.warning("database writes succeed again")
+            self.on_health(True, "")
+        for token in tokens:
+            if token is not None:
+                token.fire(ok)
+        if ok:
+            for fn in list(self.on_commit):
+                fn()
+
+    # -- message hooks (hot path) ----------------------------------------------------------------
+    def append(self, q, msg) -> Waiter:
+        self._appends.append(StoredMessage(q.store_id, msg.seq, msg.exchange, msg.routing_key,
+                                           msg.properties, msg.body, msg.created_ms or int(time.time() * 1000),
+                                           msg.expires_ms, msg.priority))
+        waiter = self._waiter
+        if waiter is None:
+            waiter = self._waiter = Waiter()
+            self._schedule()
+        msg.stored = waiter  # truthy; .done/.ok tell whether the row is committed
+        return waiter
+
+    def remove(self, msg) -> None:
+        q = msg.queue
+        if q is None or q.store_id is None or q.deleted:
+            return
+        self._removes.append((q.store_id, msg.seq))
+        self._schedule()
+
+    def mark_delivered(self, msg) -> None:
+        q = msg.queue
+        if q is None or q.store_id is None:
+            return
+        marks = self._marks
+        if marks.get(q.store_id, 0) < msg.seq:
+            marks[q.store_id] = msg.seq
+            self._schedule()
+
+    def messages_purged(self, q, msgs) -> None:
+        if not q.durable or q.store_id is None or q.deleted:
+            return
+        self._submit()
+        waiter = self.pending_definition = Waiter()  # purge-ok waits for it too
+        self.writer.submit(waiter, purges=(q.store_id,))
+
+    # -- definitions -------------------------------------------------------------------------------
+    def vhost_added(self, name: str) -> None:
+        self._definition(lambda s: s.put_vhost(name))
+
+    def vhost_deleted(self, name: str) -> None:
+        self._definition(lambda s: s.delete_vhost(name))
+
+    # users and permissions (users.py)
+    def user_added(self, user) -> None:
+        name, pw, algo, tags = user.name, user.password_hash, user.hashing_algorithm, list(user.tags)
+        self._definition(lambda s: s.put_user(name, pw, algo, tags))
+
+    def user_deleted(self, name: str) -> None:
+        self._definition(lambda s: s.delete_user(name))
+
+    def permission_set(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
+        self._definition(lambda s: s.put_permission(user, vhost, configure, write, read))
+
+    def permission_cleared(self, user: str, vhost: str) -> None:
+        self._definition(lambda s: s.delete_permission(user, vhost))
+
+    def exchange_declared(self, ex) -> None:
+        args = encode_args(ex.arguments)
+        self._definition(lambda s: s.put_exchange(ex.vhost, ex.name, ex.type, ex.durable, ex.auto_delete,
+                                                  ex.internal, args))
+
+    def exchange_deleted(self, ex) -> None:
+        self._definition(lambda s: s.delete_exchange(ex.vhost, ex.name))
+
+    def queue_declared(self, q) -> None:
+        if q.exclusive:
+            return  # exclusive queues die with their connection: never stored, as in RabbitMQ
+        q.store_id = self.next_queue_id
+        self.next_queue_id += 1
+        args = encode_args(q.arguments)
+        qid = q.store_id
+        self.attach(q, self.window)
+        self._definition(lambda s: s.put_queue(q.vhost, q.name, q.durable, False, q.auto_delete, args,
+                                               queue_id=qid))
+
+    def queue_deleted(self, q) -> None:
+        if q.store_id is None:
+            return
+        self._definition(lambda s: s.delete_queue(q.vhost, q.name))
+
+    def binding_added(self, vhost, source, dest_type, dest, routing_key, arguments) -> None:
+        args = encode_args(arguments)
+        self._definition(lambda s: s.put_binding(vhost, source, dest, dest_type, routing_key, args))
+
+    def binding_removed(self, vhost, source, dest_type, dest, routing_key, arguments) -> None:
+        args = encode_args(arguments)
+        self._definition(lambda s: s.delete_binding(vhost, source, dest, dest_type, routing_key, args))
+
+    # -- paging: reads off the loop ----------------------------------------------------------------
+    refill_batch = 5000
+
+    def attach(self, q, window: int) -> None:
+        """Let a durable queue page: held messages are evicted after commits, refills read rows back."""
+        q.window = window if q.pageable else 0
+        q.refill = self.refill
+        self.paging_queues.add(q)
+
+    def detach(self, q) -> None:
+        self.paging_queues.discard(q)
+
+    def _evict_all(self) -> None:
+        for q in list(self.paging_queues):
+            if q.deleted:
+                self.paging_queues.discard(q)
+            elif q.held:
+                q.evict()
+
+    def refill(self, q) -> None:
+        epoch, cursor = q.page_epoch, q.page_cursor
+        limit = min(self.refill_batch, q.paged)
+        if q.window:  # read back no more than fills the in-memory window (large messages!)
+            limit = min(limit, max(1, q.window - len(q.ready)))
+        fut = self.loop.run_in_executor(None, self.store.load_messages, q.store_id, cursor, limit)
+        fut.add_done_callback(lambda f: self._refilled(q, epoch, f))
+
+    def _refilled(self, q, epoch: int, fut) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            log.error("reading queue '%s' back from the store failed: %s", q.name, exc)
+            q.refilling = False
+            self.loop.call_later(1.0, q.maybe_refill)
+            return
+        q.refilled([message_from_row(q, r) for r in fut.result()], epoch)
+
+
+def message_from_row(q, r: StoredMessage):
+    from exchange_broker.core.message import Message
+    m = Message(r.exchange, r.routing_key, r.properties, r.body, True, r.priority)
+    m.seq = r.seq
+    m.stored = True
+    m.redelivered = r.redelivered
+    m.queue = q
+    m.created_ms = r.created_ms
+    m.expires_ms = r.expires_ms
+    return m

@@ -1,0 +1,58 @@
+"""HTTP Basic authentication against the broker's own users (RabbitMQ's management rules)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPBasic
+
+from exchange_broker.management.service import Principal, ServiceError
+
+REALM = "exchange-broker Management"
+
+
+
+class _DocumentedBasic(HTTPBasic):
+    """Declares HTTP Basic in the OpenAPI document; the header is parsed by ``credentials`` so that
+    a malformed one gets the same 401 body as a wrong password (and UTF-8 passwords work)."""
+
+    async def __call__(self, request: Request) -> None:  # type: ignore[override]
+        return None
+
+
+basic_scheme = _DocumentedBasic(realm=REALM, auto_error=False)
+
+
+def login_failed(reason: str = "Login failed") -> ServiceError:
+    return ServiceError(401, "not_authorized", reason)
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return True
+    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
+
+
+def credentials(request: Request) -> tuple[str, str]:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "basic" or not value:
+        raise login_failed()
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise login_failed() from None
+    user, sep, password = decoded.partition(":")
+    if not sep:
+        raise login_failed()
+    return user, password
+
+
+async def require_user(request: Request, _doc: None = Depends(basic_scheme)) -> Principal:
+    """FastAPI dependency: the authenticated management user, or a 401."""
+    user, password = credentials(request)
+    client = request.client
+    service = request.app.state.service
+    return service.authenticate(user, password, _is_loopback(client.host if client else None))

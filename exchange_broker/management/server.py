@@ -1,0 +1,103 @@
+"""Run the admin API with uvicorn inside the broker's own event loop.
+
+uvicorn's server is started as a task on the running loop (never its own loop or
+thread), without signal handlers (the broker owns SIGTERM/SIGINT) and without its
+logging configuration. We bind the listening socket ourselves so that an ephemeral
+port (0) is known at once and a bind failure is an ordinary OSError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+
+import uvicorn
+
+from exchange_broker.management.service import BrokerService
+from exchange_broker.management.app import create_app
+
+log = logging.getLogger("exchange_broker.admin")
+
+SAMPLE_INTERVAL = 5.0
+
+
+class _InLoopServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # the broker handles signals itself
+        yield
+
+
+class AdminServer:
+    def __init__(self, broker, host: str = "127.0.0.1", port: int = 15672, *, amqp_server=None,
+                 service: BrokerService | None = None, ssl_options: dict | None = None) -> None:
+        self.broker = broker
+        self.ssl_options = dict(ssl_options or {})  # HTTPS: tls.TLSConfig.uvicorn_options()
+        self.host = host
+        self.port = port
+        self.service = service or BrokerService(broker, amqp_server)
+        self.app = create_app(self.service)
+        self._server: _InLoopServer | None = None
+        self._task: asyncio.Task | None = None
+        self._sampler: asyncio.Task | None = None
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{'https' if self.ssl_options else 'http'}://{host}:{self.port}"
+
+    def _bind(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.create_server((self.host, self.port), family=family, backlog=1024, reuse_port=False)
+        sock.setblocking(False)
+        return sock
+
+    async def start(self) -> None:
+        sock = self._bind()  # OSError (e.g. address in use) goes to the caller
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, lifespan="off", log_config=None, log_level="warning",
+                                access_log=False,
+                                timeout_graceful_shutdown=2, server_header=False, proxy_headers=False,
+                                timeout_keep_alive=5, **self.ssl_options)
+        server = self._server = _InLoopServer(config)
+        self._task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]),
+                                                            name="admin-http")
+        while not server.started:
+            if self._task.done():
+                exc = self._task.exception() if not self._task.cancelled() else None
+                sock.close()
+                if isinstance(exc, OSError):  # e.g. unreadable TLS files (ssl.SSLError is one)
+                    raise exc
+                raise RuntimeError(f"admin HTTP server failed to start: {exc!r}")
+            await asyncio.sleep(0.01)
+        self.service.sample()
+        self._sampler = asyncio.get_running_loop().create_task(self._sample(), name="admin-stats")
+        log.info("admin API on %s (OpenAPI at /api/openapi.json, metrics at /metrics)", self.url)
+
+    async def _sample(self) -> None:
+        while True:
+            await asyncio.sleep(SAMPLE_INTERVAL)
+            try:
+                self.service.sample()
+            except Exception:
+                log.exception("admin statistics sampling failed")
+
+    async def stop(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
+            self._sampler = None
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 5)
+            except (asyncio.TimeoutError, Exception):
+                self._server.force_exit = True
+                self._task.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._task
+            self._task = None

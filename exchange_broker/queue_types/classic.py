@@ -1,0 +1,441 @@
+"""Classic queue: ready messages in order, dispatch to consumers with credit, and RabbitMQ's
+queue arguments (TTL, length limits, dead-lettering, priorities, single active consumer, dedup).
+
+Durable queues longer than memory page: ``ready`` (in memory) | ``paged`` rows only in SQL |
+``held`` tail in memory. Only committed rows are ever paged, so a failed write loses nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from exchange_broker.core.message import Message
+from exchange_broker.core.queue_args import QueueOptions
+from exchange_broker.queue_types.ready import PriorityReady, ReadyDeque
+
+if TYPE_CHECKING:
+    from exchange_broker.core.broker import Broker
+    from exchange_broker.connection.consumer import Consumer
+
+
+FLOW_HIGH = 8000   # ready messages with starved consumers before publishers are paused
+FLOW_LOW = 2000
+DEDUP_DEFAULT_SIZE = 100_000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Queue:
+    is_stream = False  # StreamQueue (exchange_broker/stream.py) overrides
+
+    def __init__(self, vhost: str, name: str, durable: bool = False, exclusive_owner: object = None,
+                 auto_delete: bool = False, arguments: dict | None = None,
+                 options: QueueOptions | None = None) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = arguments or {}
+        self.options = options or QueueOptions()
+        opts = self.options
+        self.ready = PriorityReady(opts.max_priority) if opts.max_priority else ReadyDeque()
+        self.bytes = 0  # body bytes of every ready message (in memory, paged or held)
+        self.consumers: "ReadyDeque[Consumer]" = ReadyDeque()
+        self.consumer_priorities = False
+        self.unacked = 0
+        self.next_seq = 1
+        self.had_consumer = False
+        self.deleted = False
+        self.store_id: int | None = None  # row id in the durable store
+        self.broker: "Broker | None" = None
+        self.on_empty_consumers: Callable[["Queue"], None] | None = None
+        self.stats_published = 0
+        self.stats_delivered = 0
+        self._dispatching = False
+        # TTL / expiry timers
+        self.has_ttl = opts.message_ttl is not None
+        self._expiry_at: float | None = None
+        self._expiry_handle = None
+        self._expires_handle = None
+        self.dedup: OrderedDict | None = OrderedDict() if opts.deduplication else None
+        # paging (durable queues longer than memory)
+        self.window = 0          # 0: never page; else max in-memory ready messages
+        self.paged = 0           # committed rows in the store, not in memory, seq > page_cursor
+        self.page_cursor = 0
+        self.held: ReadyDeque = ReadyDeque()
+        self.refill: Callable[["Queue"], None] | None = None
+        self.refilling = False
+        self.page_epoch = 0
+        # credit flow: publishers whose reading is paused until this queue drains
+        self.flow_blocked: set = set()
+        # basic.get requests waiting for a refill: (session, channel, method)
+        self.waiting_gets: list = []
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def exclusive(self) -> bool:
+        return self.exclusive_owner is not None
+
+    @property
+    def message_count(self) -> int:
+        return len(self.ready) + self.paged + len(self.held)
+
+    @property
+    def pageable(self) -> bool:
+        """Paging keeps FIFO order by sequence; priority and length-limited queues stay in memory
+        (a length limit already bounds them)."""
+        return not (self.options.max_priority or self.options.limited)
+
+    # -- admission (before the store sees the message) ---------------------------------------------
+    def admit(self, msg: Message, per_message_ttl: int | None) -> bool:
+        """Stamp TTL, apply deduplication and reject-publish overflow. False: not enqueued here
+        (``msg.rejected`` tells whether the publisher must be nacked)."""
+        opts = self.options
+        dedup_key = self._dedup_key(msg) if self.dedup is not None else None
+        if dedup_key is not None and self._duplicate(dedup_key):
+            return False
+        ttl = opts.message_ttl
+        if per_message_ttl is not None:
+            ttl = per_message_ttl if ttl is None else min(ttl, per_message_ttl)
+        if ttl is not None:
+            msg.expires_ms = _now_ms() + ttl
+            self.has_ttl = True
+        if opts.limited and opts.overflow != "drop-head":
+            if (opts.max_length is not None and self.message_count >= opts.max_length) or \
+                    (opts.max_length_bytes is not None and self.bytes + len(msg.body) > opts.max_length_bytes):
+                msg.rejected = True
+                if opts.overflow == "reject-publish-dlx" and self.broker is not None:
+                    msg.queue = self
+                    self.broker.dead_letter(self, msg, "maxlen", settle=False)
+                return False  # refused: not remembered, so the producer's retry is not a duplicate
+        if dedup_key is not None:
+            self._remember(dedup_key)
+        return True
+
+    @staticmethod
+    def _dedup_key(msg: Message):
+        headers = msg.headers or {}
+        key = headers.get("x-deduplication-header")
+        if key is None:
+            key = msg.props.get("message_id")
+        if isinstance(key, bytearray):
+            key = bytes(key)
+        if isinstance(key, (dict, list)):
+            key = repr(key)
+        return key
+
+    def _duplicate(self, key) -> bool:
+        expiry = self.dedup.get(key)
+        return expiry is not None and (expiry == 0 or expiry > _now_ms())
+
+    def _remember(self, key) -> None:
+        cache = self.dedup
+        ttl = self.options.dedup_cache_ttl
+        cache[key] = _now_ms() + ttl if ttl else 0
+        cache.move_to_end(key)
+        limit = self.options.dedup_cache_size or DEDUP_DEFAULT_SIZE
+        while len(cache) > limit:
+            cache.popitem(last=False)
+
+    # -- enqueue / requeue -----------------------------------------------------------------------
+    def push(self, msg: Message) -> None:
+        if not msg.seq:
+            msg.seq = self.next_seq
+            self.next_seq += 1
+        msg.queue = self
+        self.stats_published += 1
+        self.bytes += len(msg.body)
+        if self.held or self.paged or (self.window and len(self.ready) >= self.window):
+            self.held.append(msg)
+            self.evict()
+            return
+        self.ready.append(msg)
+        if self.options.limited and self.options.overflow == "drop-head":
+            self._drop_over_limit()
+        if self.consumers and not self._dispatching:
+            self.dispatch()
+        if msg.expires_ms is not None and self.ready:
+            self._expire_head()
+            self._arm_expiry()
+
+    def _drop_over_limit(self) -> None:
+        opts = self.options
+        while self.ready and (
+                (opts.max_length is not None and self.message_count > opts.max_length) or
+                (opts.max_length_bytes is not None and self.bytes > opts.max_length_bytes)):
+            self._discard(self.ready.popleft(), "maxlen")
+
+    def _discard(self, msg: Message, reason: str) -> None:
+        """A ready message leaves without delivery: expired or dropped by a length limit."""
+        self.bytes -= len(msg.body)
+        if self.broker is not None:
+            self.broker.dead_letter(self, msg, reason)
+
+    def requeue(self, msgs: Iterable[Message]) -> None:
+        """Put messages back in their original position (by sequence), marked redelivered."""
+        ready = self.ready
+        for msg in sorted(msgs, key=lambda m: m.seq, reverse=True):
+            msg.redelivered = True
+            self.bytes += len(msg.body)
+            ready.insert_by_seq(msg)
+        if self.consumers:
+            self.dispatch()
+        if self.has_ttl:
+            self._expire_head()
+            self._arm_expiry()
+
+    def purge(self) -> list[Message]:
+        purged = list(self.ready)
+        purged.extend(self.held)
+        self.ready.clear()
+        self.held.clear()
+        self.paged = 0
+        self.bytes = 0
+        self.page_epoch += 1
+        self.refilling = False
+        if self.waiting_gets and self.broker is not None:
+            self.broker.call_later(0, self.answer_waiting_gets)  # now empty: get-empty for them
+        return purged
+
+    def get(self) -> Message | None:
+        self.touch()
+        if not self.ready:
+            self._unhold()
+        if self.has_ttl:
+            self._expire_head()
+        msg = self.ready.popleft() if self.ready else None
+        if msg is not None:
+            self.bytes -= len(msg.body)
+        if self.paged:
+            self.maybe_refill()
+        return msg
+
+    # -- TTL -----------------------------------------------------------------------------------------
+    def _expire_head(self) -> None:
+        """Expired messages at the head are dead-lettered, never delivered (RabbitMQ expires at the head)."""
+        ready = self.ready
+        if not ready:
+            return
+        now = _now_ms()
+        while ready:
+            head = ready[0]
+            exp = head.expires_ms
+            if exp is None or exp > now:
+                break
+            self._discard(ready.popleft(), "expired")
+
+    def _arm_expiry(self) -> None:
+        if not self.ready or self.broker is None or self.deleted:
+            return
+        exp = self.ready[0].expires_ms
+        if exp is None:
+            return
+        at = exp / 1000.0
+        if self._expiry_at is not None and self._expiry_at <= at:
+            return
+        if self._expiry_handle is not None:
+            self._expiry_handle.cancel()
+        self._expiry_handle = self.broker.call_later(max(0.0, at - time.time()), self._expiry_fired)
+        self._expiry_at = at if self._expiry_handle is not None else None  # None: no timer (no loop)
+
+    def _expiry_fired(self) -> None:
+        self._expiry_handle = None
+        self._expiry_at = None
+        if self.deleted:
+            return
+        self._expire_head()
+        self._arm_expiry()
+
+    # -- x-expires (unused queue deletion) -----------------------------------------------------------
+    def touch(self) -> None:
+        """Declared, consumed from or polled: restart the x-expires countdown."""
+        expires = self.options.expires
+        if expires is None or self.broker is None or self.deleted:
+            return
+        if self._expires_handle is not None:
+            self._expires_handle.cancel()
+            self._expires_handle = None
+        if not self.consumers:
+            self._expires_handle = self.broker.call_later(expires / 1000.0, self._expires_fired)
+
+    def _expires_fired(self) -> None:
+        self._expires_handle = None
+        if not self.deleted and not self.consumers and self.broker is not None:
+            self.broker.expire_queue(self)
+
+    def cancel_timers(self) -> None:
+        for h in (self._expiry_handle, self._expires_handle):
+            if h is not None:
+                h.cancel()
+        self._expiry_handle = self._expires_handle = None
+
+    # -- paging ----------------------------------------------------------------------------------
+    def evict(self) -> None:
+        """Move committed persistent messages from the head of ``held`` into the paged region."""
+        held = self.held
+        if self.paged == 0 and len(self.ready) < self.window // 2:
+            self._unhold()
+            return
+        while held:
+            st = held[0].stored
+            if st is True or (st and st.done and st.ok):
+                msg = held.popleft()
+                if self.paged == 0:
+                    self.page_cursor = msg.seq - 1
+                self.paged += 1
+            else:
+                break
+
+    def _unhold(self) -> None:
+        """No paged rows left: the held tail joins ready."""
+        if self.held and self.paged == 0:
+            self.ready.extend(self.held)
+            self.held.clear()
+            if self.consumers:
+                self.dispatch()
+
+    def refilled(self, msgs: list, epoch: int) -> None:
+        """Rows read back from the store (seq > page_cursor, ascending)."""
+        try:
+            self._refilled(msgs, epoch)
+        finally:
+            self.answer_waiting_gets()
+
+    def answer_waiting_gets(self) -> None:
+        waiting, self.waiting_gets = self.waiting_gets, []
+        for session, ch, method in waiting:
+            session.retry_get(ch, method)
+
+    def _refilled(self, msgs: list, epoch: int) -> None:
+        self.refilling = False
+        if epoch != self.page_epoch or self.deleted:
+            return
+        if msgs:
+            self.ready.extend(msgs)
+            if not self.has_ttl and any(m.expires_ms is not None for m in msgs):
+                self.has_ttl = True
+            self.paged -= len(msgs)
+            self.page_cursor = msgs[-1].seq
+            if self.paged <= 0:
+                self.paged = 0
+        if self.paged == 0:
+            self._unhold()
+        if self.has_ttl:
+            self._expire_head()
+            self._arm_expiry()
+        if self.consumers:
+            self.dispatch()
+
+    def maybe_refill(self) -> None:
+        if self.paged and not self.refilling and len(self.ready) < max(1, self.window // 2) \
+                and self.refill is not None:
+            self.refilling = True
+            self.refill(self)
+
+    # -- consumers -----------------------------------------------------------------------------
+    def add_consumer(self, consumer: "Consumer") -> None:
+        self.had_consumer = True
+        if self._expires_handle is not None:
+            self._expires_handle.cancel()
+            self._expires_handle = None
+        if consumer.priority or self.consumer_priorities:
+            self.consumer_priorities = True
+            # sorted by x-priority, highest first; equal priorities keep arrival order
+            idx = len(self.consumers)
+            for i, other in enumerate(self.consumers):
+                if other.priority < consumer.priority:
+                    idx = i
+                    break
+            self.consumers.insert(idx, consumer)
+        else:
+            self.consumers.append(consumer)
+        self.dispatch()
+
+    def remove_consumer(self, consumer: "Consumer") -> None:
+        try:
+            self.consumers.remove(consumer)
+        except ValueError:
+            return
+        if self.options.single_active_consumer and self.consumers and self.ready:
+            self.dispatch()  # the next consumer in line takes over
+        if not self.consumers:
+            if self.flow_blocked:
+                self.release_publishers()
+            self.touch()
+            if self.on_empty_consumers is not None:
+                self.on_empty_consumers(self)
+
+    @property
+    def active_consumer(self) -> "Consumer | None":
+        """With x-single-active-consumer, the one consumer that receives messages."""
+        return self.consumers[0] if self.consumers else None
+
+    def _pick(self) -> "Consumer | None":
+        consumers = self.consumers
+        if self.options.single_active_consumer:
+            c = consumers[0]
+            return c if c.can_take() else None
+        if self.consumer_priorities:
+            for i, c in enumerate(consumers):
+                if c.can_take():
+                    # round-robin within its priority: move behind its equals
+                    j = i + 1
+                    while j < len(consumers) and consumers[j].priority == c.priority:
+                        j += 1
+                    if j - 1 > i:
+                        del consumers[i]
+                        consumers.insert(j - 1, c)
+                    return c
+            return None
+        for _ in range(len(consumers)):
+            c = consumers[0]
+            consumers.rotate(-1)
+            if c.can_take():
+                return c
+        return None
+
+    def dispatch(self) -> None:
+        """Deliver ready messages to consumers that have credit."""
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            ready = self.ready
+            consumers = self.consumers
+            if self.has_ttl:
+                self._expire_head()
+            while ready and consumers:
+                c = self._pick()
+                if c is None:
+                    break
+                msg = ready.popleft()
+                if msg.expires_ms is not None and msg.expires_ms <= _now_ms():
+                    self._discard(msg, "expired")
+                    continue
+                self.bytes -= len(msg.body)
+                self.stats_delivered += 1
+                c.channel.deliver(c, msg)
+        finally:
+            self._dispatching = False
+            if self.paged:
+                self.maybe_refill()
+            if self.flow_blocked and len(self.ready) < FLOW_LOW:
+                self.release_publishers()
+        if self.has_ttl:
+            self._arm_expiry()
+
+    def congested(self) -> bool:
+        """Backed up because consumers' connections cannot take more (not because of prefetch)."""
+        if len(self.ready) <= FLOW_HIGH or not self.consumers:
+            return False
+        return any(not c.channel.session.writable for c in self.consumers)
+
+    def release_publishers(self) -> None:
+        blocked, self.flow_blocked = self.flow_blocked, set()
+        for session in blocked:
+            session.unthrottle(self)

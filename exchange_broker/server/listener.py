@@ -1,0 +1,182 @@
+"""The asyncio edge: listeners, transports, heartbeats, back-pressure, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from exchange_broker.core.broker import Broker
+from exchange_broker.protocol.constants import CONNECTION_FORCED
+from exchange_broker.connection.session import Session
+
+log = logging.getLogger("exchange_broker.server")
+
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+HANDSHAKE_TIMEOUT = 10.0
+
+
+class AMQPProtocol(asyncio.Protocol):
+    def __init__(self, server: "BrokerServer") -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.session: Session | None = None
+        self.last_read = self.last_write = time.monotonic()
+        self.opened_at = self.last_read
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        peer = transport.get_extra_info("peername") or ("", 0)
+        self.session = Session(self.server.broker, self._write, self._close, peer[:2],
+                               limits=self.server.limits, set_reading=self._set_reading)
+        self.server.protocols.add(self)
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+            self.last_write = time.monotonic()
+
+    def _set_reading(self, on: bool) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        if on:
+            t.resume_reading()
+            self.last_read = time.monotonic()
+        else:
+            t.pause_reading()
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        self.session.data_received(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.protocols.discard(self)
+        if self.session is not None:
+            self.session.connection_lost()
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        self.session.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.session.resume_writing()
+
+    def tick(self, now: float) -> None:
+        """Once a second: heartbeats out, dead peers and stalled handshakes dropped."""
+        sess = self.session
+        conn = sess.conn
+        if conn.state != "opened":
+            if conn.state in ("closing", "closed"):
+                if now - self.last_read > 5 and now - self.opened_at > 5:
+                    self._close()
+            elif now - self.opened_at > self.server.handshake_timeout:
+                log.info("handshake timeout for %s", sess.name)
+                self._close()
+            return
+        hb = conn.heartbeat
+        if not hb:
+            return
+        if not sess.reading:
+            self.last_read = now  # we are not reading: silence is ours, not the peer's
+        elif now - self.last_read > 2 * hb:
+            log.info("missed heartbeats from %s, closing", sess.name)
+            sess.connection_lost()
+            self._close()
+            return
+        if now - self.last_write >= hb / 2:
+            conn.send_heartbeat()
+            sess.mark_dirty()
+
+
+class BrokerServer:
+    def __init__(self, broker: Broker, host: str = "0.0.0.0", port: int = 5672, *,
+                 limits: dict | None = None, handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 tls=None) -> None:
+        self.broker = broker
+        self.tls = tls  # tls.TLSConfig: an amqps listener besides the plain one
+        self._tls_server: asyncio.base_events.Server | None = None
+        self.host = host
+        self.port = port
+        self.limits = limits or {}
+        self.handshake_timeout = handshake_timeout
+        self.protocols: set[AMQPProtocol] = set()
+        self.monitor = None  # ResourceMonitor, checked every tick
+        self._server: asyncio.base_events.Server | None = None
+        self._ticker: asyncio.Task | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        loop = self.loop
+        self.broker.schedule_flush = lambda: loop.call_soon(self.broker.flush)
+        self.broker._call_later = loop.call_later
+        self._server = await loop.create_server(lambda: AMQPProtocol(self), self.host, self.port,
+                                                reuse_address=True, backlog=1024)
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        self._ticker = loop.create_task(self._tick())
+        log.info("AMQP listener on %s:%d", self.host, self.port)
+        if self.tls is not None:
+            from exchange_broker.server.tls import start_listener
+            self._tls_server = await start_listener(self, self.tls)
+
+    @property
+    def tls_port(self) -> int:
+        return self.tls.port if self._tls_server is not None else 0
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            try:
+                self.broker.tick(now)
+                if self.monitor is not None:
+                    self.monitor.check()
+            except Exception:
+                log.exception("broker tick failed")
+            for proto in list(self.protocols):
+                try:
+                    proto.tick(now)
+                except Exception:
+                    log.exception("heartbeat tick failed")
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Close listeners, send connection.close 320 to every client, wait, then cut them."""
+        if self._server is not None:
+            self._server.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
+        for proto in list(self.protocols):
+            if proto.session is not None and proto.session.conn.state == "opened":
+                proto.session.server_close(CONNECTION_FORCED, "broker shutdown")
+        self.broker.flush()
+        deadline = time.monotonic() + grace
+        while self.protocols and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for proto in list(self.protocols):
+            proto._close()
+        if self._ticker is not None:
+            self._ticker.cancel()
+        if self._server is not None:
+            await self._server.wait_closed()
+        if self._tls_server is not None:
+            await self._tls_server.wait_closed()
+
+
+def install_signal_handlers(stop_event: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop_event.set)
+        except (NotImplementedError, RuntimeError):
+            pass
