@@ -39,7 +39,9 @@ with atheris.instrument_imports(include=["exchange_broker", "routing", "pamqp"])
     from pamqp import commands  # noqa: E402
     from pamqp import frame as pframe  # noqa: E402
 
+    from exchange_broker.assembly import make_broker  # noqa: E402
     from exchange_broker.core.broker import Broker  # noqa: E402
+    from exchange_broker.core.clock import ManualClock  # noqa: E402
     from exchange_broker.connection.session import Session  # noqa: E402
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -72,7 +74,7 @@ _state = {"broker": None, "n": 0}
 
 def _broker() -> Broker:
     if _state["broker"] is None or _state["n"] >= RESET_EVERY:
-        _state["broker"] = Broker()
+        _state["broker"] = make_broker(clock=ManualClock())  # clock.advance() flushes output
         _state["n"] = 0
     _state["n"] += 1
     return _state["broker"]
@@ -120,11 +122,11 @@ def TestOneInput(data: bytes) -> None:
     sess = Session(broker, out.append, lambda: None, ("127.0.0.1", 5555))
     for i in range(0, len(stream), step):
         sess.data_received(stream[i:i + step])
-        broker.flush()
+        broker.clock.advance()
         if sess.closed:
             break
     sess.connection_lost()
-    broker.flush()
+    broker.clock.advance()
     if ERRORS.records:
         rec = ERRORS.records[0]
         ERRORS.records.clear()

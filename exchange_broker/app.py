@@ -1,86 +1,109 @@
-"""Assemble a broker from command-line options and run it until SIGTERM/SIGINT."""
+"""The application: a :class:`~exchange_broker.config.Config` in, a running broker out.
+
+:class:`Application` owns the lifecycle in one place (as uvicorn's ``Server`` does): ``start()``
+builds the store and its durability, the broker (on this loop's clock), recovers the stored
+state, opens the AMQP/AMQPS listeners, the admin API and the resource monitor; ``serve()`` runs
+until SIGTERM/SIGINT; ``stop()`` shuts down gracefully (admin API, listeners with
+connection.close 320, delayed exchange, durability, store).
+
+The assembly functions (:func:`build_broker`, :func:`recover`, :func:`make_server`) are the one
+way to put a broker together; ``testing.ThreadedBroker`` uses them too.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
 
+from exchange_broker.assembly import make_broker
+from exchange_broker.config import Config
 from exchange_broker.core.broker import Broker
+from exchange_broker.core.clock import Clock
+from exchange_broker.server.clock import LoopClock
 from exchange_broker.server.listener import BrokerServer, install_signal_handlers
+from exchange_broker.server.resources import ResourceMonitor, parse_size, total_memory
 
 log = logging.getLogger("exchange_broker")
 
 
-def limits_from(args) -> dict:
-    channel_max = args.channel_max
-    per_conn = getattr(args, "max_channels_per_connection", 0)  # caps the channel_max offered
-    if per_conn and (not channel_max or per_conn < channel_max):
-        channel_max = per_conn
-    return {"heartbeat": args.heartbeat, "frame_max": args.frame_max, "channel_max": channel_max,
-            "max_message_size": args.max_message_size}
+def limits_from(config: Config) -> dict:
+    """What each connection offers in connection.tune (:attr:`Config.limits`)."""
+    return config.limits
 
 
-def database_url(args) -> str:
-    if getattr(args, "database_url", None):
-        return args.database_url
-    data_dir = os.path.abspath(os.path.expanduser(args.data_dir))
-    os.makedirs(data_dir, exist_ok=True)
-    return f"sqlite:///{os.path.join(data_dir, 'broker.db')}"
+def database_url(config: Config) -> str:
+    """The store's URL; the data directory is created when the store lives there."""
+    if not config.database_url:
+        os.makedirs(config.data_path, exist_ok=True)
+    return config.store_url
 
 
-def open_store(args):
+class StartupError(Exception):
+    """The broker cannot start for a reason the message explains (no traceback needed)."""
+
+
+def open_store(config: Config):
+    """Open the SQL store, applying the alembic migrations (blocking: run it off the loop)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
     from persistence.sql_store import SqlStore
-    url = database_url(args)
-    store = SqlStore(url, sqlite_synchronous=args.sqlite_synchronous)
-    store.open()  # applies alembic migrations
+    url = database_url(config)
+    store = SqlStore(url, sqlite_synchronous=config.sqlite_synchronous)
+    try:
+        store.open()
+    except SQLAlchemyError as exc:  # e.g. an unwritable SQLite file, a database server that is down
+        store.close()
+        where = make_url(url).render_as_string(hide_password=True)
+        why = " ".join(str(getattr(exc, "orig", None) or exc).split())  # one line
+        raise StartupError(f"cannot open the store {where}: {why}") from exc
     log.info("store: %s", store.engine.url.render_as_string(hide_password=True))
     return store
 
 
-async def build(args, loop) -> tuple[Broker, object]:
-    broker = Broker()
-    durability = None
-    if not getattr(args, "in_memory", False):
-        from exchange_broker.durability.recovery import restore
-        from exchange_broker.durability.sql import SqlDurability
-        store = await loop.run_in_executor(None, open_store, args)
-        durability = SqlDurability(store, loop, window=args.queue_window)
-        # recovery may expire and dead-letter messages whose TTL passed while the broker was down:
-        # that outcome must be stored, and TTL / x-expires timers armed on this loop
-        broker.durability = durability
-        broker._call_later = loop.call_later
-        restore(broker, durability, args.queue_window)
-        durability.start()
-        if broker.delayed is not None:  # pending delayed messages: ids, first window, overdue ones
-            broker.delayed.attach(durability)
-            await broker.delayed.recover()
-    return broker, durability
+def build_broker(clock: Clock, *, durability=None, config: Config | None = None) -> Broker:
+    """The broker with the standard queue types, its clock and durability, and the settings of
+    ``config`` (the defaults without one)."""
+    config = config or Config()
+    return make_broker(clock=clock, durability=durability, consumer_timeout_ms=config.consumer_timeout,
+                       max_connections=config.max_connections)
 
 
-def configure(broker: Broker, server: BrokerServer, args) -> None:
-    """Resource alarms and timeouts from the command line."""
-    from exchange_broker.server.resources import ResourceMonitor, parse_size, total_memory
-    broker.consumer_timeout_ms = args.consumer_timeout
-    memory = parse_size(args.memory_high_watermark, relative_to=total_memory())
-    disk = parse_size(args.disk_free_limit)
-    data_dir = None if getattr(args, "in_memory", False) or getattr(args, "database_url", None) \
-        else os.path.abspath(os.path.expanduser(args.data_dir))
-    server.monitor = ResourceMonitor(broker, memory, data_dir, disk)
+def recover(broker: Broker, durability, window: int) -> None:
+    """Restore the stored state into ``broker`` and start writing. Recovery may expire and
+    dead-letter messages whose TTL passed while the broker was down: that outcome is stored, and
+    TTL / x-expires timers are armed on the broker's clock."""
+    from exchange_broker.durability.recovery import restore
+    restore(broker, durability, window)
+    durability.start()
+    broker.delayed.recover()  # pending delayed messages: ids, the first window, overdue ones
 
 
-async def start_admin(args, broker: Broker, server: BrokerServer):
+def make_monitor(broker: Broker, config: Config) -> ResourceMonitor:
+    """The memory and disk alarms of ``config``."""
+    memory = parse_size(config.memory_high_watermark, relative_to=total_memory())
+    return ResourceMonitor(broker, memory, config.disk_watch_dir, parse_size(config.disk_free_limit))
+
+
+def make_server(broker: Broker, config: Config) -> BrokerServer:
+    """The AMQP (and, with a certificate, AMQPS) listeners of ``config``; not started."""
+    return BrokerServer(broker, config.host, config.port, limits=config.limits,
+                        handshake_timeout=config.handshake_timeout, tls=config.tls,
+                        monitor=make_monitor(broker, config))
+
+
+async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     """The admin HTTP API in this loop (``--admin-port 0`` turns it off). A port that cannot be
     bound is logged and the broker runs on without the API."""
-    port = getattr(args, "admin_port", 0)
-    if not port:
+    if not config.admin_port:
         return None
     from exchange_broker.management.server import AdminServer
-    host = getattr(args, "admin_host", None) or args.host
-    tls = getattr(server, "tls", None)  # HTTPS with the amqps certificate (tls.py)
-    ssl_options = tls.uvicorn_options() if tls is not None and not getattr(args, "no_admin_tls", False) \
-        else None
+    host, port = config.admin_listen_host, config.admin_port
+    # HTTPS with the amqps certificate unless --no-admin-tls
+    ssl_options = server.tls.uvicorn_options() if server.tls is not None and not config.no_admin_tls else None
     admin = AdminServer(broker, host, port, amqp_server=server, ssl_options=ssl_options)
     try:
         await admin.start()
@@ -90,38 +113,75 @@ async def start_admin(args, broker: Broker, server: BrokerServer):
     return admin
 
 
-async def run(args) -> int:
-    # The group-commit writer thread needs the GIL back quickly after each database call; with the
-    # default 5 ms switch interval a busy event loop delays every commit by up to 5 ms per hand-off.
-    sys.setswitchinterval(0.001)
-    loop = asyncio.get_running_loop()
-    broker, durability = await build(args, loop)
-    import gc
-    gc.collect()
-    gc.freeze()  # start-up objects are never scanned again: full GC pauses drop from ~250 to ~60 ms
-    from exchange_broker.server.listener import HANDSHAKE_TIMEOUT
-    from exchange_broker.server.tls import from_args as tls_from_args
-    server = BrokerServer(broker, args.host, args.port, limits=limits_from(args),
-                          handshake_timeout=getattr(args, "handshake_timeout", HANDSHAKE_TIMEOUT),
-                          tls=tls_from_args(args))
-    broker.max_connections = getattr(args, "max_connections", 0) or 0
-    configure(broker, server, args)
-    await server.start()
-    admin = await start_admin(args, broker, server)
-    if args.port_file:
-        with open(args.port_file, "w") as fh:
-            fh.write(str(server.port))
-    stop = asyncio.Event()
-    install_signal_handlers(stop)
-    log.info("exchange-broker ready on %s:%d", args.host, server.port)
-    await stop.wait()
-    log.info("shutting down")
-    if admin is not None:
-        await admin.stop()
-    await server.stop()
-    if durability is not None:
-        if broker.delayed is not None:
-            broker.delayed.close()  # its last row deletes go to the writer before it stops
-        await loop.run_in_executor(None, durability.stop)
-        durability.store.close()
-    return 0
+class Application:
+    """One broker process: ``await Application(config).serve()`` until SIGTERM/SIGINT."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.store = None
+        self.durability = None
+        self.broker: Broker | None = None
+        self.server: BrokerServer | None = None
+        self.admin = None
+        self.should_exit = asyncio.Event()
+        self._stopped = False
+
+    async def start(self) -> None:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        if not config.in_memory:
+            from exchange_broker.durability.sql import SqlDurability
+            self.store = await loop.run_in_executor(None, open_store, config)
+            self.durability = SqlDurability(self.store, loop, window=config.queue_window)
+        self.broker = build_broker(LoopClock(loop), durability=self.durability, config=config)
+        if self.durability is not None:
+            recover(self.broker, self.durability, config.queue_window)
+        gc.collect()
+        gc.freeze()  # start-up objects are never scanned again: full GC pauses drop from ~250 to ~60 ms
+        self.server = make_server(self.broker, config)
+        await self.server.start()
+        self.admin = await start_admin(config, self.broker, self.server)
+        if config.port_file:
+            with open(config.port_file, "w") as fh:
+                fh.write(str(self.server.port))
+        log.info("exchange-broker ready on %s:%d", config.host, self.server.port)
+
+    async def serve(self) -> int:
+        # The group-commit writer thread needs the GIL back quickly after each database call; with
+        # the default 5 ms switch interval a busy event loop delays every commit by up to 5 ms per
+        # hand-off.
+        sys.setswitchinterval(0.001)
+        try:
+            await self.start()
+        except BaseException:
+            await self._abandon_start()
+            raise
+        install_signal_handlers(self.should_exit)
+        await self.should_exit.wait()
+        log.info("shutting down")
+        await self.stop()
+        return 0
+
+    async def stop(self) -> None:
+        """Admin API, then listeners (connection.close 320 to every client), then the delayed
+        exchange's last writes, the durability's writer and the store."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.admin is not None:
+            await self.admin.stop()
+        if self.server is not None:
+            await self.server.stop()
+        if self.durability is not None:
+            if self.broker is not None:
+                self.broker.delayed.close()  # its last row deletes go to the writer before it stops
+            await asyncio.get_running_loop().run_in_executor(None, self.durability.stop)
+        if self.store is not None:
+            self.store.close()
+
+    async def _abandon_start(self) -> None:
+        """A start that failed half-way: release what it opened (the caller reports the error)."""
+        try:
+            await self.stop()
+        except Exception:
+            log.debug("cleanup after a failed start", exc_info=True)

@@ -5,22 +5,38 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from exchange_broker.app import build_broker
+from exchange_broker.config import Config
 from exchange_broker.core.broker import Broker
+from exchange_broker.server.clock import LoopClock
 from exchange_broker.server.listener import BrokerServer
 
 
 class ThreadedBroker:
-    """Start with ``start()``; ``port`` is then the bound ephemeral port; ``stop()`` joins the thread."""
+    """Start with ``start()``; ``port`` is then the bound ephemeral port; ``stop()`` joins the thread.
+
+    Without ``broker``, an in-memory broker on this thread's loop (``app.build_broker`` with the
+    loop's clock). A broker built by the caller should use the same loop: pass ``loop`` (a new,
+    not yet running event loop) and build the broker with ``clock=LoopClock(loop)`` (and a
+    durability on that loop). ``server_kwargs`` go to ``BrokerServer`` (``tls``,
+    ``handshake_timeout``: ``Config``'s default unless given)."""
 
     def __init__(self, broker: Broker | None = None, host: str = "127.0.0.1", port: int = 0,
                  limits: dict | None = None, *, admin: bool = False, admin_port: int = 0,
-                 **server_kwargs) -> None:
-        self.broker = broker or Broker()
+                 loop: asyncio.AbstractEventLoop | None = None, **server_kwargs) -> None:
+        self.loop = loop or asyncio.new_event_loop()
+        if broker is None:
+            broker = build_broker(LoopClock(self.loop))
+        elif getattr(broker.clock, "loop", None) is not self.loop:
+            # sessions flush their output through the broker's clock: it must be this loop's
+            raise ValueError("ThreadedBroker(broker, loop=loop): build the broker with "
+                             "clock=LoopClock(loop) on the loop given here")
+        self.broker = broker
+        server_kwargs.setdefault("handshake_timeout", Config.handshake_timeout)
         self.server = BrokerServer(self.broker, host, port, limits=limits, **server_kwargs)
         # admin HTTP API: admin=True picks a free port; admin_port>0 uses that port; else off
         self.admin = None
         self._admin_port = admin_port if admin_port > 0 else (0 if admin else None)
-        self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="broker", daemon=True)
         self._ready = threading.Event()
         self._stopped = asyncio.Event()

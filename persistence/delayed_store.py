@@ -1,8 +1,9 @@
 """Store operations for the delayed-message exchange (table ``delayed_messages``).
 
-Plain functions over an open :class:`persistence.sql_store.SqlStore`, kept out of
-``sql_store.py``. Writes run on the group-commit writer thread (ordered with the
-message writes), reads on an executor thread; each call is one transaction.
+Plain functions over an open :class:`persistence.sql_store.SqlStore`, also offered as
+``SqlStore`` methods through the :class:`SqlDelayed` mixin. Writes run on the group-commit
+writer thread (ordered with the message writes), reads on an executor thread; each call is
+one transaction.
 """
 
 from __future__ import annotations
@@ -93,3 +94,23 @@ def delayed_stats(store) -> tuple[int, int, int | None]:
             select(func.count(), func.coalesce(func.max(d.id), 0), func.min(d.due_ms))
         ).one()
     return int(count), int(max_id), None if min_due is None else int(min_due)
+
+
+class SqlDelayed:
+    """The functions above as store methods (mixed into :class:`SqlStore`)."""
+
+    def insert_delayed(self, rows: Iterable[tuple]) -> None:
+        insert_delayed(self, rows)
+
+    def delete_delayed(self, ids: Iterable[int]) -> None:
+        delete_delayed(self, ids)
+
+    def delete_delayed_exchange(self, vhost: str, exchange: str) -> int:
+        return delete_delayed_exchange(self, vhost, exchange)
+
+    def load_delayed(self, from_due: int, from_id: int, before_due: int,
+                     limit: int) -> list[DelayedRow]:
+        return load_delayed(self, from_due, from_id, before_due, limit)
+
+    def delayed_stats(self) -> tuple[int, int, int | None]:
+        return delayed_stats(self)

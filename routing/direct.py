@@ -1,7 +1,8 @@
 """Direct exchange index: exact routing-key match via a dict lookup."""
 from __future__ import annotations
 
-from .fanout import BindingKey, BindingTable, Dest
+from .base import BindingKey, BindingTable, Dest
+from .types import ExchangeType
 
 
 class DirectIndex(BindingTable):
@@ -32,3 +33,8 @@ class DirectIndex(BindingTable):
         """Hot path: one dict lookup; the returned list is shared, do not mutate."""
         result = self._match.get(routing_key)
         return result if result is not None else []
+
+
+class DirectType(ExchangeType):
+    name = "direct"
+    index_class = DirectIndex

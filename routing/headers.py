@@ -5,7 +5,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from .fanout import BindingKey, BindingTable, Dest
+from .base import BindingKey, BindingTable, Dest
+from .types import ExchangeType
 
 X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 _SIMPLE = (str, int, float, bool)
@@ -123,3 +124,8 @@ class HeadersIndex(BindingTable):
             if dest not in out and headers_match(require_all, pairs, headers):
                 out[dest] = None
         return list(out)
+
+
+class HeadersType(ExchangeType):
+    name = "headers"
+    index_class = HeadersIndex

@@ -1,7 +1,8 @@
 """Topic exchange index: a word trie with ``*`` (one word) and ``#`` (zero or more)."""
 from __future__ import annotations
 
-from .fanout import BindingKey, BindingTable, Dest
+from .base import BindingKey, BindingTable, Dest
+from .types import ExchangeType
 
 CACHE_SIZE = 10_000
 
@@ -98,3 +99,8 @@ class TopicIndex(BindingTable):
 
 def _first(entry: tuple[int, Dest]) -> int:
     return entry[0]
+
+
+class TopicType(ExchangeType):
+    name = "topic"
+    index_class = TopicIndex

@@ -1,35 +1,43 @@
-"""One AMQP channel: its consumers, unacknowledged deliveries, QoS, confirms and transactions."""
+"""One AMQP channel: every channel-level method, and the one delivery routine.
+
+The session hands each event for this channel to :meth:`Channel.publish`, :meth:`Channel.ack` or
+:meth:`Channel.handle` (every other method, through the table at the end). Definition methods
+(exchange.*, queue.*) are in ``definitions.py``, confirm.select and the confirms in
+``confirms.py``, tx.* in ``transactions.py``: all parts of this class. Queues deliver through each consumer's sink (``Consumer.deliver``), which is
+:meth:`Channel._deliver` bound to the consumer; basic.get uses the same bookkeeping.
+"""
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
+from collections import OrderedDict
+from functools import partial
 
 from pamqp import commands
 
+from exchange_broker.connection.confirms import ConfirmMethods
 from exchange_broker.connection.consumer import Consumer
+from exchange_broker.connection.definitions import DefinitionMethods
+from exchange_broker.connection.transactions import TransactionMethods
+from exchange_broker.core import permissions as perms
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import generated
-from exchange_broker.protocol import codec
-from exchange_broker.protocol.constants import (ACCESS_REFUSED, NO_ROUTE, NOT_ALLOWED, NOT_IMPLEMENTED,
-                                 PRECONDITION_FAILED)
-from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.core.queue_args import amqp_type, parse_expiration
 from exchange_broker.core.reply_to import PREFIX as REPLY_PREFIX
-from exchange_broker.queue_types.stream import refuse_reject
+from exchange_broker.core.reply_to import PSEUDO_QUEUE
+from exchange_broker.protocol import codec
+from exchange_broker.protocol.connection import TooLarge
+from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, NO_ROUTE, NOT_ALLOWED,
+                                                NOT_IMPLEMENTED, PRECONDITION_FAILED)
+from exchange_broker.protocol.errors import AMQPError
 
-if TYPE_CHECKING:
-    from exchange_broker.queue_types.classic import Queue
-    from exchange_broker.connection.session import Session
-
-B = commands.Basic
+B, Q, E, C = commands.Basic, commands.Queue, commands.Exchange, commands.Channel
 
 OUTPUT_BUDGET = 512 * 1024  # delivery bytes a connection may queue before its flush
 
 
-class Channel:
-    def __init__(self, session: "Session", number: int) -> None:
+class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
+    def __init__(self, session, number: int) -> None:
         self.session = session
         self.number = number
         self.consumers: dict[str, Consumer] = {}
@@ -40,28 +48,78 @@ class Channel:
         self.global_unacked = 0
         self.flow_active = True
         self.closed = False
-        # publisher confirms
-        self.confirm = False
-        self.publish_seq = 0
-        self.unconfirmed: deque[list] = deque()   # [seq, state] state: 0 pending, 1 ack, 2 nack
-        self.ack_upto = 0                          # confirmed contiguously, not yet sent
-        # transactions
-        self.tx = False
-        self.tx_publishes: list = []
-        self.tx_acks: list = []
+        self._confirm_init()
+        self._tx_init()
         self.stats_published = 0
         self.stats_delivered = 0
         self.stats_acked = 0
-        self.last_queue: str | None = None
         # direct reply-to (amq.rabbitmq.reply-to)
         self.reply_tag: str | None = None
         self.reply_tag_sh = b""
         self.reply_token: str | None = None
 
-    # -- delivery ------------------------------------------------------------------------------
+    # -- methods ------------------------------------------------------------------------------------
+    def handle(self, m) -> None:
+        """Every method but basic.publish and the acknowledgements (see the table below)."""
+        handler = _HANDLERS.get(type(m))
+        if handler is None:
+            if isinstance(m, TooLarge):
+                raise m.error()
+            raise AMQPError(COMMAND_INVALID, f"unimplemented method {m.name}", m.index >> 16,
+                            m.index & 0xFFFF, hard=True)
+        try:
+            handler(self, m)
+        except AMQPError as err:
+            raise err.for_method(m.index >> 16, m.index & 0xFFFF)
+
+    def _ignore(self, m) -> None:
+        pass
+
+    def _channel_flow(self, m) -> None:
+        self.flow_active = bool(m.active)
+        self.reply(C.FlowOk(active=self.flow_active))
+        if self.flow_active:
+            for c in list(self.consumers.values()):
+                c.queue.dispatch()
+
+    # -- delivery: the one routine ------------------------------------------------------------------
     @property
     def deliverable(self) -> bool:
         return self.flow_active and self.session.writable and not self.closed
+
+    def delivery_sink(self, consumer: Consumer):
+        """``deliver(msg) -> tag`` for one consumer (what its queue calls)."""
+        return partial(self._deliver, consumer)
+
+    def _deliver(self, consumer: Consumer, msg: Message) -> int:
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        sess = self.session
+        sess.conn.send_parts(codec.deliver_frames(
+            self.number, consumer.tag_sh, tag, msg.redelivered, codec.short_str(msg.exchange),
+            codec.short_str(msg.routing_key), msg.properties, msg.body, sess.conn.frame_max))
+        self.stats_delivered += 1
+        sess.broker.stats["deliver"] += 1
+        sess.out_pending += len(msg.body) + 96
+        if sess.out_pending > OUTPUT_BUDGET:
+            sess.writable = False  # resumes after the next flush
+        self._track(tag, msg, consumer, consumer.no_ack)
+        return tag
+
+    def _track(self, tag: int, msg: Message, consumer: Consumer | None, no_ack: bool) -> None:
+        """After a delivery (consumer) or get-ok (consumer None): settle it or await its ack."""
+        msg.delivered_at = time.monotonic()  # the consumer timeout covers basic.get too
+        q = msg.queue
+        if no_ack:
+            q.settle(msg)
+        else:
+            self.unacked[tag] = (msg, consumer)
+            q.unacked += 1
+            if consumer is not None:
+                consumer.unacked += 1
+                self.global_unacked += 1
+            q.delivered(msg)
+        self.session.mark_dirty()
 
     def deliver_reply(self, msg: Message) -> None:
         """A direct reply-to delivery: no queue, no ack (the consumer is no_ack by contract)."""
@@ -74,30 +132,12 @@ class Channel:
         self.stats_delivered += 1
         sess.mark_dirty()
 
-    def deliver(self, consumer: Consumer, msg: Message) -> None:
-        tag = self.next_tag
-        self.next_tag = tag + 1
-        sess = self.session
-        sess.conn.send_parts(codec.deliver_frames(
-            self.number, consumer.tag_sh, tag, msg.redelivered, codec.short_str(msg.exchange),
-            codec.short_str(msg.routing_key), msg.properties, msg.body, sess.conn.frame_max))
-        self.stats_delivered += 1
-        sess.broker.stats["deliver"] += 1
-        msg.delivered_at = time.monotonic()
-        sess.out_pending += len(msg.body) + 96
-        if sess.out_pending > OUTPUT_BUDGET:
-            sess.writable = False  # resumes after the next flush
-        if consumer.no_ack:
-            sess.broker.settle(msg)
-        else:
-            self.unacked[tag] = (msg, consumer)
-            consumer.unacked += 1
-            msg.queue.unacked += 1
-            self.global_unacked += 1
-            sess.broker.delivered(msg)
-        sess.mark_dirty()
+    def _dispatch_consumers(self) -> None:
+        for q in {c.queue for c in self.consumers.values()}:
+            if q.wants_dispatch:
+                q.dispatch()
 
-    # -- publishing ----------------------------------------------------------------------------
+    # -- publishing ----------------------------------------------------------------------------------
     def publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
                 properties: bytes, body: bytes) -> None:
         if immediate:
@@ -112,9 +152,7 @@ class Channel:
             raise AMQPError(ACCESS_REFUSED, f"cannot publish to internal "
                             f"{vhost.describe('exchange', exchange)}", 60, 40, hard=False)
         if not sess.has_published:
-            sess.has_published = True
-            if sess.broker.alarms:
-                sess.block(sess.broker.alarm_reason())
+            sess.first_publish()
         seq = 0
         if self.confirm:
             self.publish_seq += 1
@@ -141,8 +179,8 @@ class Channel:
         dm, prio, flags = codec.quick_properties(properties)
         msg = Message(ex.name, routing_key, properties, body, dm == 2, prio)
         ttl = parse_expiration(msg.props.get("expiration")) if flags & codec.FLAG_EXPIRATION else None
-        result = sess.broker.publish(sess.vhost, ex, msg, bool(flags & codec.FLAG_HEADERS), sess, ttl)
-        routed, waiter, rejected = result
+        routed, waiter, rejected = sess.broker.publish(sess.vhost, ex, msg,
+                                                       bool(flags & codec.FLAG_HEADERS), sess, ttl)
         if not routed and mandatory:
             self._return_unroutable(ex.name, routing_key, properties, body)
         if seq:
@@ -164,48 +202,32 @@ class Channel:
                                             properties, body, conn.frame_max))
         self.session.mark_dirty()
 
-    def _confirm_enqueue(self, seq: int, state: int) -> None:
-        if not self.unconfirmed and state == 1:
-            self.ack_upto = seq
-            self.session.want_confirm_flush(self)
-        else:
-            self.unconfirmed.append([seq, state])
-            self._drain_confirms()
-
-    def _confirmed(self, entry: list, ok: bool) -> None:
-        entry[1] = 1 if ok else 2
-        self._drain_confirms()
-
-    def _drain_confirms(self) -> None:
-        unconfirmed = self.unconfirmed
-        conn = self.session.conn
-        while unconfirmed and unconfirmed[0][1]:
-            seq, state = unconfirmed.popleft()
-            if state == 1:
-                self.ack_upto = seq
-            else:
-                self.flush_confirms()
-                conn.send_raw(codec.nack_frame(self.number, seq, False))
-        if self.ack_upto:
-            self.session.want_confirm_flush(self)
-        self.session.mark_dirty()
-
-    def flush_confirms(self) -> None:
-        if self.ack_upto and not self.closed:
-            self.session.conn.send_raw(codec.ack_frame(self.number, self.ack_upto, True))
-            self.session.mark_dirty()
-        self.ack_upto = 0
-
-    # -- acknowledgements ----------------------------------------------------------------------
+    # -- acknowledgements ----------------------------------------------------------------------------
     def ack(self, kind: int, delivery_tag: int, multiple: bool, requeue: bool) -> None:
-        if kind:  # basic.nack/reject of a stream delivery: 540 (stream.py)
-            refuse_reject(self, delivery_tag, multiple, kind)
+        """basic.ack (kind 0), basic.nack (1), basic.reject (2)."""
+        if kind:  # the queue type may refuse a nack/reject (a stream: 540)
+            for msg, _consumer in self._covered(delivery_tag, multiple):
+                if msg.queue is not None:
+                    msg.queue.check_reject(kind)
         if self.tx:
             if not (multiple and delivery_tag == 0) and delivery_tag not in self.unacked:
                 raise self._unknown_tag(delivery_tag, kind)
             self.tx_acks.append((kind, delivery_tag, multiple, requeue))
             return
         self._settle(self._take(delivery_tag, multiple, kind), kind, requeue)
+
+    def _covered(self, delivery_tag: int, multiple: bool) -> list:
+        """The outstanding entries an acknowledgement names (without taking them)."""
+        unacked = self.unacked
+        if not multiple:
+            entry = unacked.get(delivery_tag)
+            return [entry] if entry is not None else []
+        out = []
+        for tag, entry in unacked.items():
+            if delivery_tag and tag > delivery_tag:
+                break
+            out.append(entry)
+        return out
 
     def _take(self, delivery_tag: int, multiple: bool, kind: int) -> list:
         """Remove and return the (msg, consumer) entries an ack/nack/reject covers (RabbitMQ's rule:
@@ -246,40 +268,54 @@ class Channel:
                 self.global_unacked -= 1
                 touched.add(consumer.queue)
             q = msg.queue
-            if q is not None:
-                q.unacked -= 1
+            q.unacked -= 1
             if kind != 0 and requeue:
-                if q is not None and not q.deleted:
+                if not q.deleted:
                     to_requeue.setdefault(q, []).append(msg)
+            elif kind == 0:
+                self.stats_acked += 1
+                broker.stats["ack"] += 1
+                q.settle(msg)
             else:
-                if kind == 0:
-                    self.stats_acked += 1
-                    broker.stats["ack"] += 1
-                    broker.settle(msg)
-                else:
-                    broker.rejected(msg)
+                q.reject(msg)
         for q, msgs in to_requeue.items():
             q.requeue(msgs)
         for q in touched:
-            if (q.ready or q.is_stream) and not q.deleted:  # streams: per-consumer backlog
+            if q.wants_dispatch:
                 q.dispatch()
         if self.global_prefetch:
-            for c in self.consumers.values():
-                if (c.queue.ready or c.queue.is_stream) and not c.queue.deleted:
-                    c.queue.dispatch()
+            self._dispatch_consumers()
 
-    def recover(self, requeue: bool) -> None:
-        if not requeue:
-            raise AMQPError(NOT_IMPLEMENTED, "requeue=false", 60, 110, hard=True)
-        self.requeue_all()
+    # -- basic.* -------------------------------------------------------------------------------------
+    def _basic_qos(self, m) -> None:
+        if m.prefetch_size:
+            raise AMQPError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})", 60, 10, hard=True)
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+        else:
+            self.prefetch = m.prefetch_count
+            self.global_prefetch = 0  # RabbitMQ: global=false also lifts the channel (global) limit
+        self.reply(B.QosOk())
+        for c in list(self.consumers.values()):
+            c.queue.dispatch()
 
-    def requeue_all(self) -> None:
-        entries = list(self.unacked.values())
-        self.unacked.clear()
-        self._settle(entries, 1, True)
+    def _basic_consume(self, m) -> None:
+        sess = self.session
+        if m.queue == PSEUDO_QUEUE:
+            tag = sess.broker.reply_to.consume(self, m.consumer_tag, m.no_ack)
+            if not m.nowait:
+                self.reply(B.ConsumeOk(tag))
+            return
+        name = self.queue_name(m.queue, 60, 20)
+        perms.check(sess, perms.READ, "queue", name)
+        q = sess.vhost.get_queue(name, sess, 60, 20)
+        q.check_consume(self, m)  # the queue type's own rules, before consume-ok
+        consumer = self._new_consumer(q, m.consumer_tag, m.no_ack, m.exclusive, m.arguments)
+        if not m.nowait:
+            self.reply(B.ConsumeOk(consumer.tag))
+        q.add_consumer(consumer)
 
-    # -- consumers -----------------------------------------------------------------------------
-    def consume(self, queue: "Queue", tag: str, no_ack: bool, exclusive: bool, arguments: dict) -> Consumer:
+    def _new_consumer(self, queue, tag: str, no_ack: bool, exclusive: bool, arguments: dict) -> Consumer:
         if not tag:
             tag = generated("amq.ctag-")
         if tag in self.consumers:
@@ -295,6 +331,11 @@ class Channel:
         self.consumers[tag] = c
         return c
 
+    def _basic_cancel(self, m) -> None:
+        self.cancel(m.consumer_tag)
+        if not m.nowait:
+            self.reply(B.CancelOk(m.consumer_tag))
+
     def cancel(self, tag: str) -> Consumer | None:
         if tag is not None and tag == self.reply_tag:
             self.session.broker.reply_to.cancel(self)
@@ -305,29 +346,79 @@ class Channel:
             c.queue.remove_consumer(c)
         return c
 
-    # -- transactions --------------------------------------------------------------------------
-    def tx_commit(self) -> list:
-        """Apply buffered publishes and acks; returns durability waiters to wait for."""
-        waiters: list = []
-        publishes, acks = self.tx_publishes, self.tx_acks
-        self.tx_publishes, self.tx_acks = [], []
-        for ex, rk, mandatory, props, body in publishes:
-            if ex.name not in self.session.vhost.exchanges:
-                continue
-            self._route(ex, rk, mandatory, props, body, 0, waiters)
-        for kind, tag, multiple, requeue in acks:
-            try:
-                entries = self._take(tag, multiple, kind)
-            except AMQPError:
-                continue  # already settled by an earlier ack in the same transaction
-            self._settle(entries, kind, requeue)
-        return waiters
+    def consumer_cancelled_by_broker(self, c: Consumer) -> None:
+        """Its queue was deleted: forget the consumer; basic.cancel if the client asked for it."""
+        self.consumers.pop(c.tag, None)
+        c.active = False
+        sess = self.session
+        if sess.conn.capabilities.get("consumer_cancel_notify") and not self.closed:
+            sess.conn.send_method(self.number, B.Cancel(c.tag, nowait=True))
+            sess.mark_dirty()
 
-    def tx_rollback(self) -> None:
-        self.tx_publishes.clear()
-        self.tx_acks.clear()
+    def _basic_get(self, m) -> None:
+        sess = self.session
+        name = self.queue_name(m.queue, 60, 70)
+        perms.check(sess, perms.READ, "queue", name)
+        q = sess.vhost.get_queue(name, sess, 60, 70)
+        msg = q.get()
+        if msg is None:
+            if q.get_pending:
+                # rows are being read back from the store: answer once they are here, not get-empty
+                q.waiting_gets.append(lambda: self._retry_get(m))
+                q.maybe_refill()
+                return
+            self.reply(B.GetEmpty())
+            return
+        tag = self.next_tag
+        self.next_tag += 1
+        q.stats_delivered += 1
+        stats = sess.broker.stats
+        stats["get"] = stats.get("get", 0) + 1
+        sess.conn.send_parts(codec.get_ok_frames(
+            self.number, tag, msg.redelivered, codec.short_str(msg.exchange),
+            codec.short_str(msg.routing_key), q.message_count, msg.properties, msg.body,
+            sess.conn.frame_max))
+        self._track(tag, msg, None, m.no_ack)
 
-    # -- teardown ------------------------------------------------------------------------------
+    def _retry_get(self, m) -> None:
+        """A basic.get that waited for a paged queue's refill (or its purge) is answered now."""
+        sess = self.session
+        if sess.closed or self.closed or sess.channels.get(self.number) is not self:
+            return
+        try:
+            self._basic_get(m)
+        except AMQPError as err:
+            sess.channel_error(self.number, err.for_method(60, 70))
+        sess.mark_dirty()
+
+    def _basic_recover(self, m) -> None:
+        if not m.requeue:
+            raise AMQPError(NOT_IMPLEMENTED, "requeue=false", 60, 110, hard=True)
+        self.requeue_all()
+        if isinstance(m, B.Recover):
+            self.reply(B.RecoverOk())
+
+    def requeue_all(self) -> None:
+        entries = list(self.unacked.values())
+        self.unacked.clear()
+        self._settle(entries, 1, True)
+
+    # -- consumer timeout ------------------------------------------------------------------------------
+    def timed_out(self, now: float, default_ms: int) -> AMQPError | None:
+        """The 406 to close this channel with, when a delivery waited too long for its ack."""
+        for n, (msg, _consumer) in enumerate(self.unacked.values()):
+            if n >= 64:
+                break
+            q = msg.queue
+            timeout = (q.options.consumer_timeout if q is not None else None) or default_ms
+            if timeout and msg.delivered_at and now - msg.delivered_at > timeout / 1000.0:
+                return AMQPError(PRECONDITION_FAILED, f"delivery acknowledgement on channel "
+                                 f"{self.number} timed out. Timeout value used: {timeout} ms. This "
+                                 f"timeout value can be configured, see consumers doc guide to learn "
+                                 f"more", hard=False)
+        return None
+
+    # -- teardown ------------------------------------------------------------------------------------
     def close(self) -> None:
         """Release everything: cancel consumers, return unacked messages to their queues in order."""
         if self.closed:
@@ -335,11 +426,34 @@ class Channel:
         self.closed = True
         # requeue first (no consumer of this channel can take them now), then cancel consumers:
         # a single-active-consumer queue hands over with the old unacked messages at the head
-        entries = list(self.unacked.values())
-        self.unacked.clear()
-        self._settle(entries, 1, True)
+        self.requeue_all()
         for tag in list(self.consumers):
             self.cancel(tag)
         self.session.broker.reply_to.cancel(self)
         self.tx_publishes.clear()
         self.tx_acks.clear()
+
+
+_HANDLERS = {
+    C.Flow: Channel._channel_flow,
+    C.FlowOk: Channel._ignore,
+    E.Declare: Channel._exchange_declare,
+    E.Delete: Channel._exchange_delete,
+    E.Bind: Channel._exchange_bind,
+    E.Unbind: Channel._exchange_unbind,
+    Q.Declare: Channel._queue_declare,
+    Q.Bind: Channel._queue_bind,
+    Q.Unbind: Channel._queue_unbind,
+    Q.Purge: Channel._queue_purge,
+    Q.Delete: Channel._queue_delete,
+    B.Qos: Channel._basic_qos,
+    B.Consume: Channel._basic_consume,
+    B.Cancel: Channel._basic_cancel,
+    B.Get: Channel._basic_get,
+    B.Recover: Channel._basic_recover,
+    B.RecoverAsync: Channel._basic_recover,
+    commands.Confirm.Select: Channel._confirm_select,
+    commands.Tx.Select: Channel._tx_select,
+    commands.Tx.Commit: Channel._tx_commit,
+    commands.Tx.Rollback: Channel._tx_rollback,
+}

@@ -1,21 +1,16 @@
-"""A consumer: a channel's subscription to one queue."""
+"""A consumer: a channel's subscription to one queue, and the one narrow sink its queue delivers
+through (``core/ports.Consumer``): ``can_take``, ``deliver``, ``queue_deleted``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from exchange_broker.protocol import codec
-
-if TYPE_CHECKING:
-    from exchange_broker.connection.channel import Channel
-    from exchange_broker.queue_types.classic import Queue
 
 
 class Consumer:
     __slots__ = ("tag", "tag_sh", "channel", "queue", "no_ack", "exclusive", "prefetch", "unacked",
-                 "arguments", "priority", "active")
+                 "arguments", "priority", "active", "deliver")
 
-    def __init__(self, tag: str, channel: "Channel", queue: "Queue", no_ack: bool, exclusive: bool,
+    def __init__(self, tag: str, channel, queue, no_ack: bool, exclusive: bool,
                  prefetch: int, arguments: dict) -> None:
         self.tag = tag
         self.tag_sh = codec.short_str(tag)
@@ -29,6 +24,8 @@ class Consumer:
         prio = arguments.get("x-priority", 0) if arguments else 0
         self.priority = prio if isinstance(prio, int) and not isinstance(prio, bool) else 0
         self.active = True
+        # deliver(msg) -> delivery tag: the channel's one delivery routine, bound to this consumer
+        self.deliver = channel.delivery_sink(self)
 
     def can_take(self) -> bool:
         """True when this consumer may be sent one more message now."""
@@ -42,3 +39,18 @@ class Consumer:
         if ch.global_prefetch and ch.global_unacked >= ch.global_prefetch:
             return False
         return True
+
+    def blocked_by_socket(self) -> bool:
+        """The client's connection cannot take more output (not a prefetch limit)."""
+        return not self.channel.session.writable
+
+    @property
+    def closed(self) -> bool:
+        return self.channel.closed
+
+    def outstanding(self, delivery_tag: int) -> bool:
+        """Is this delivery still unacknowledged on the channel?"""
+        return delivery_tag in self.channel.unacked
+
+    def queue_deleted(self) -> None:
+        self.channel.consumer_cancelled_by_broker(self)

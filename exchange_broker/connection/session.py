@@ -1,39 +1,29 @@
-"""One client connection: feeds bytes to the protocol layer and applies its events to the core.
+"""One client connection, the glue between the socket and the channels: bytes go to the protocol
+layer (``protocol/connection.py``), its events go to the channel they name, and the output the
+channels asked the protocol to emit goes to the socket once per event-loop turn.
 
-No asyncio here either: the server hands us bytes and a ``write``/``close`` pair.
+No asyncio here either: the server hands us bytes and a ``write``/``close`` pair; the flush is
+scheduled on the broker's clock. Credit flow and resource alarms pause reading this client.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from pamqp import commands
 from pamqp import decode as pdecode
 
-from exchange_broker.core import permissions as perms
 from exchange_broker.connection.channel import Channel
-from exchange_broker.protocol import codec
 from exchange_broker.protocol import events as ev
-from exchange_broker.protocol.connection import ServerConnection, TooLarge
-from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, INTERNAL_ERROR, NOT_FOUND,
-                                 NOT_IMPLEMENTED, PRECONDITION_FAILED)
-from exchange_broker.core.names import generated
+from exchange_broker.protocol.connection import ServerConnection
+from exchange_broker.protocol.constants import ACCESS_REFUSED, INTERNAL_ERROR
 from exchange_broker.protocol.errors import AMQPError
-from exchange_broker.core.reply_to import PSEUDO_QUEUE
-
-if TYPE_CHECKING:
-    from exchange_broker.core.broker import Broker
-    from exchange_broker.core.vhost import VHost
 
 log = logging.getLogger("exchange_broker.session")
 
-B, Q, E, C = commands.Basic, commands.Queue, commands.Exchange, commands.Channel
-
-
 class Session:
-    def __init__(self, broker: "Broker", write: Callable[[bytes], None], close: Callable[[], None],
+    def __init__(self, broker, write: Callable[[bytes], None], close: Callable[[], None],
                  peer: tuple = ("", 0), *, limits: dict | None = None, name: str = "",
                  set_reading: Callable[[bool], None] = lambda on: None) -> None:
         self.broker = broker
@@ -50,7 +40,7 @@ class Session:
         self.conn = ServerConnection(self._authenticate, broker.open_vhost, broker.server_properties(),
                                      **limits)
         self.channels: dict[int, Channel] = {}
-        self.vhost: "VHost | None" = None
+        self.vhost = None
         self.user: str | None = None
         self.exclusive_queues: set = set()
         self.writable = True       # deliveries allowed (budget not exhausted, transport not paused)
@@ -60,16 +50,21 @@ class Session:
         self.closed = False
         self._confirm_flush: list[Channel] = []
         self.client_properties: dict = {}
+        self._call_soon = broker.clock.call_soon
 
     # -- plumbing ------------------------------------------------------------------------------
     def mark_dirty(self) -> None:
-        self.broker.mark_dirty(self)
+        """Output is pending: flush it once the current event-loop turn is done."""
+        if not self.dirty:
+            self.dirty = True
+            self._call_soon(self.flush)
 
     def want_confirm_flush(self, ch: Channel) -> None:
         self._confirm_flush.append(ch)
-        self.broker.mark_dirty(self)
+        self.mark_dirty()
 
     def flush(self) -> None:
+        self.dirty = False
         if self._confirm_flush:
             chans, self._confirm_flush = self._confirm_flush, []
             for ch in chans:
@@ -130,7 +125,7 @@ class Session:
                 self.channels[event.channel].ack(event.kind, event.delivery_tag, event.multiple,
                                                  event.requeue)
             elif t is ev.Method:
-                self._method(self.channels[event.channel], event.method)
+                self.channels[event.channel].handle(event.method)
             elif t is ev.ChannelOpened:
                 self.channels[event.channel] = Channel(self, event.channel)
             elif t is ev.ChannelClosed:
@@ -249,293 +244,18 @@ class Session:
     def _redispatch(self) -> None:
         queues = {c.queue for ch in self.channels.values() for c in ch.consumers.values()}
         for q in queues:
-            if (q.ready or q.is_stream) and not q.deleted:  # streams: per-consumer backlog
+            if q.wants_dispatch:
                 q.dispatch()
 
-    # -- methods -------------------------------------------------------------------------------
-    def _method(self, ch: Channel, m) -> None:
-        handler = _HANDLERS.get(type(m))
-        if handler is None:
-            if isinstance(m, TooLarge):
-                raise m.error()
-            raise AMQPError(COMMAND_INVALID, f"unimplemented method {m.name}", m.index >> 16,
-                            m.index & 0xFFFF, hard=True)
-        try:
-            handler(self, ch, m)
-        except AMQPError as err:
-            raise err.for_method(m.index >> 16, m.index & 0xFFFF)
+    def first_publish(self) -> None:
+        """A publishing connection is blocked while a resource alarm is in force."""
+        self.has_published = True
+        if self.broker.alarms:
+            self.block(self.broker.alarm_reason())
 
-    def _reply(self, ch: Channel, method) -> None:
-        if type(method) in _DEFINITION_REPLIES and \
-                self._defer_reply(ch, method, method.index >> 16, (method.index & 0xFFFF) - 1):
-            return
-        self.conn.send_method(ch.number, method)
-
-    def _defer_reply(self, ch: Channel, reply, class_id: int, method_id: int) -> bool:
-        """Hold a definition reply (a method, or raw frame bytes) until the definition is stored:
-        as in RabbitMQ, declare-ok & co. mean a crash right after them cannot lose it."""
-        pending = getattr(self.broker.durability, "pending_definition", None)
-        if pending is None or pending.done:
-            return False
-        pending.add(self._definition_stored, (ch, reply, class_id, method_id))
-        return True
-
-    def _definition_stored(self, arg: tuple, ok: bool) -> None:
-        ch, reply, class_id, method_id = arg
-        if ch.closed or self.closed:
-            return
-        if not ok:
-            self._error(ch.number, AMQPError(INTERNAL_ERROR, "could not store the definition",
-                                             class_id, method_id, hard=True))
-        elif isinstance(reply, (bytes, bytearray)):
-            self.conn.send_raw(reply)
-        else:
-            self.conn.send_method(ch.number, reply)
-        self.mark_dirty()
-
-    def _queue_name(self, ch: Channel, name: str, cid: int, mid: int) -> str:
-        if name == "":
-            last = getattr(ch, "last_queue", None)
-            if last is None:
-                raise AMQPError(NOT_FOUND, "no previously declared queue", cid, mid, hard=False)
-            return last
-        return name
-
-    # channel
-    def _channel_flow(self, ch: Channel, m) -> None:
-        ch.flow_active = bool(m.active)
-        self._reply(ch, C.FlowOk(active=ch.flow_active))
-        if ch.flow_active:
-            for c in list(ch.consumers.values()):
-                c.queue.dispatch()
-
-    def _ignore(self, ch: Channel, m) -> None:
-        pass
-
-    # exchange
-    def _exchange_declare(self, ch: Channel, m) -> None:
-        perms.exchange_declare(self, m)
-        self.vhost.declare_exchange(m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete,
-                                    m.internal, m.arguments)
-        if not m.nowait:
-            self._reply(ch, E.DeclareOk())
-
-    def _exchange_delete(self, ch: Channel, m) -> None:
-        perms.exchange_delete(self, m.exchange)
-        self.vhost.delete_exchange(m.exchange, m.if_unused)
-        if not m.nowait:
-            self._reply(ch, E.DeleteOk())
-
-    def _exchange_bind(self, ch: Channel, m) -> None:
-        perms.binding(self, "exchange", m.destination, m.source)
-        self.vhost.bind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 30, self)
-        if not m.nowait:
-            self._reply(ch, E.BindOk())
-
-    def _exchange_unbind(self, ch: Channel, m) -> None:
-        perms.binding(self, "exchange", m.destination, m.source)
-        self.vhost.unbind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 40, self)
-        if not m.nowait:
-            self._reply(ch, E.UnbindOk())
-
-    # queue
-    def _queue_declare(self, ch: Channel, m) -> None:
-        if m.queue == PSEUDO_QUEUE and m.passive:
-            if not m.nowait:
-                self._reply(ch, Q.DeclareOk(PSEUDO_QUEUE, 0, 0))
-            return
-        server_name = None
-        if not m.passive:
-            server_name = generated("amq.gen-") if m.queue == "" else None
-            if server_name or not m.queue.startswith("amq."):  # reserved-prefix 403 comes first
-                perms.queue_declare(self, server_name or m.queue, m.arguments)
-        q = self.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive, m.auto_delete,
-                                     m.arguments, owner=self, server_name=server_name)
-        ch.last_queue = q.name
-        if not m.nowait:
-            frame = codec.queue_declare_ok_frame(ch.number, q.name, q.message_count, len(q.consumers))
-            if not self._defer_reply(ch, frame, 50, 10):  # a durable queue: once it is stored
-                self.conn.send_raw(frame)
-
-    def _queue_bind(self, ch: Channel, m) -> None:
-        rk = m.routing_key
-        name = self._queue_name(ch, m.queue, 50, 20)
-        if m.queue == "" and rk == "":
-            rk = name
-        perms.binding(self, "queue", name, m.exchange)
-        self.vhost.bind(m.exchange, "queue", name, rk, m.arguments, 50, 20, self)
-        if not m.nowait:
-            self._reply(ch, Q.BindOk())
-
-    def _queue_unbind(self, ch: Channel, m) -> None:
-        name = self._queue_name(ch, m.queue, 50, 50)
-        perms.binding(self, "queue", name, m.exchange)
-        self.vhost.unbind(m.exchange, "queue", name, m.routing_key, m.arguments, 50, 50, self)
-        self._reply(ch, Q.UnbindOk())
-
-    def _queue_purge(self, ch: Channel, m) -> None:
-        name = self._queue_name(ch, m.queue, 50, 30)
-        perms.check(self, perms.READ, "queue", name)
-        count = self.vhost.purge_queue(name, self)
-        if not m.nowait:
-            self._reply(ch, Q.PurgeOk(count))
-
-    def _queue_delete(self, ch: Channel, m) -> None:
-        name = self._queue_name(ch, m.queue, 50, 40)
-        perms.check(self, perms.CONFIGURE, "queue", name)
-        count = self.vhost.delete_queue(name, m.if_unused, m.if_empty, self)
-        if not m.nowait:
-            self._reply(ch, Q.DeleteOk(count))
-
-    # basic
-    def _basic_qos(self, ch: Channel, m) -> None:
-        if m.prefetch_size:
-            raise AMQPError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})", 60, 10, hard=True)
-        if m.global_:
-            ch.global_prefetch = m.prefetch_count
-        else:
-            ch.prefetch = m.prefetch_count
-            ch.global_prefetch = 0  # RabbitMQ: global=false also lifts the channel (global) limit
-        self._reply(ch, B.QosOk())
-        for c in list(ch.consumers.values()):
-            c.queue.dispatch()
-
-    def _basic_consume(self, ch: Channel, m) -> None:
-        if m.queue == PSEUDO_QUEUE:
-            tag = self.broker.reply_to.consume(ch, m.consumer_tag, m.no_ack)
-            if not m.nowait:
-                self._reply(ch, B.ConsumeOk(tag))
-            return
-        name = self._queue_name(ch, m.queue, 60, 20)
-        perms.check(self, perms.READ, "queue", name)
-        q = self.vhost.get_queue(name, self, 60, 20)
-        if q.is_stream:  # stream consume rules, before consume-ok (stream.py)
-            q.check_consume(ch, m)
-        consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, m.arguments)
-        if not m.nowait:
-            self._reply(ch, B.ConsumeOk(consumer.tag))
-        q.add_consumer(consumer)
-
-    def _basic_cancel(self, ch: Channel, m) -> None:
-        ch.cancel(m.consumer_tag)
-        if not m.nowait:
-            self._reply(ch, B.CancelOk(m.consumer_tag))
-
-    def _basic_get(self, ch: Channel, m) -> None:
-        name = self._queue_name(ch, m.queue, 60, 70)
-        perms.check(self, perms.READ, "queue", name)
-        q = self.vhost.get_queue(name, self, 60, 70)
-        msg = q.get()
-        if msg is None:
-            if q.paged and q.refill is not None:
-                # rows are being read back from the store: answer once they are here, not get-empty
-                q.waiting_gets.append((self, ch, m))
-                q.maybe_refill()
-                return
-            self._reply(ch, B.GetEmpty())
-            return
-        tag = ch.next_tag
-        ch.next_tag += 1
-        q.stats_delivered += 1
-        self.broker.stats["get"] = self.broker.stats.get("get", 0) + 1
-        self.conn.send_parts(codec.get_ok_frames(
-            ch.number, tag, msg.redelivered, codec.short_str(msg.exchange),
-            codec.short_str(msg.routing_key), q.message_count, msg.properties, msg.body,
-            self.conn.frame_max))
-        if m.no_ack:
-            self.broker.settle(msg)
-        else:
-            ch.unacked[tag] = (msg, None)
-            q.unacked += 1
-            msg.delivered_at = time.monotonic()  # the consumer timeout covers basic.get too
-            self.broker.delivered(msg)
-
-    def retry_get(self, ch: Channel, m) -> None:
-        """A basic.get that waited for a paged queue's refill (or its purge) is answered now."""
-        if self.closed or ch.closed or self.channels.get(ch.number) is not ch:
-            return
-        try:
-            self._basic_get(ch, m)
-        except AMQPError as err:
-            self._error(ch.number, err.for_method(60, 70))
-        self.mark_dirty()
-
-    def _basic_recover(self, ch: Channel, m) -> None:
-        ch.recover(m.requeue)
-        if isinstance(m, B.Recover):
-            self._reply(ch, B.RecoverOk())
-
-    def _confirm_select(self, ch: Channel, m) -> None:
-        if ch.tx:
-            raise AMQPError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode", 85, 10,
-                            hard=False)
-        ch.confirm = True
-        if not m.nowait:
-            self._reply(ch, commands.Confirm.SelectOk())
-
-    def _tx_select(self, ch: Channel, m) -> None:
-        if ch.confirm:
-            raise AMQPError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode", 90, 10,
-                            hard=False)
-        ch.tx = True
-        self._reply(ch, commands.Tx.SelectOk())
-
-    def _tx_commit(self, ch: Channel, m) -> None:
-        if not ch.tx:
-            raise AMQPError(PRECONDITION_FAILED, "channel is not transactional", 90, 20, hard=False)
-        waiters = ch.tx_commit()
-        pending = [w for w in waiters if not w.done]
-        if not pending:
-            self._reply(ch, commands.Tx.CommitOk())
-            return
-        # commit-ok only once every persistent message of the transaction is stored
-        state = {"left": len(pending), "ok": True}
-
-        def done(_arg, ok: bool) -> None:
-            state["left"] -= 1
-            state["ok"] = state["ok"] and ok
-            if state["left"] == 0 and not ch.closed:
-                if state["ok"]:
-                    self._reply(ch, commands.Tx.CommitOk())
-                else:
-                    self._error(ch.number, AMQPError(INTERNAL_ERROR, "could not store the transaction's "
-                                                     "messages", 90, 20, hard=True))
-                self.mark_dirty()
-
-        for w in pending:
-            w.add(done, None)
-
-    def _tx_rollback(self, ch: Channel, m) -> None:
-        if not ch.tx:
-            raise AMQPError(PRECONDITION_FAILED, "channel is not transactional", 90, 30, hard=False)
-        ch.tx_rollback()
-        self._reply(ch, commands.Tx.RollbackOk())
-
-
-# replies that promise a stored definition (sent once the definition write has committed)
-_DEFINITION_REPLIES = frozenset({E.DeclareOk, E.DeleteOk, E.BindOk, E.UnbindOk, Q.DeclareOk,
-                                 Q.BindOk, Q.UnbindOk, Q.PurgeOk, Q.DeleteOk})
-
-_HANDLERS = {
-    C.Flow: Session._channel_flow,
-    C.FlowOk: Session._ignore,
-    E.Declare: Session._exchange_declare,
-    E.Delete: Session._exchange_delete,
-    E.Bind: Session._exchange_bind,
-    E.Unbind: Session._exchange_unbind,
-    Q.Declare: Session._queue_declare,
-    Q.Bind: Session._queue_bind,
-    Q.Unbind: Session._queue_unbind,
-    Q.Purge: Session._queue_purge,
-    Q.Delete: Session._queue_delete,
-    B.Qos: Session._basic_qos,
-    B.Consume: Session._basic_consume,
-    B.Cancel: Session._basic_cancel,
-    B.Get: Session._basic_get,
-    B.Recover: Session._basic_recover,
-    B.RecoverAsync: Session._basic_recover,
-    commands.Confirm.Select: Session._confirm_select,
-    commands.Tx.Select: Session._tx_select,
-    commands.Tx.Commit: Session._tx_commit,
-    commands.Tx.Rollback: Session._tx_rollback,
-}
+    def check_consumer_timeouts(self, now: float, default_ms: int) -> None:
+        for ch in list(self.channels.values()):
+            if ch.unacked:
+                err = ch.timed_out(now, default_ms)
+                if err is not None:
+                    self._error(ch.number, err)

@@ -1,36 +1,35 @@
-"""The broker core: vhosts, users, connections, and the publish path. Synchronous; no IO.
+"""The broker core: the registry of vhosts, users, permissions and open connections, and the
+publish path (route, then hand to each queue). Synchronous; no IO, no asyncio, no threads.
 
-This object is also the service facade the admin API uses.
+It is given everything from outside through its constructor: the durability (what must be
+stored, ``core/ports.py``), the clock (timers, ``core/clock.py``) and the queue types
+(``x-queue-type`` name -> a ``core/queue.QueueType`` subclass).
 """
 
 from __future__ import annotations
 
 import logging
 import platform
-from typing import TYPE_CHECKING, Callable
-
-import routing
-from pamqp import commands
+from typing import Callable
 
 from exchange_broker import __version__
 from exchange_broker.core import permissions as perms
 from exchange_broker.core import users as users_mod
-from exchange_broker.core.auth import User, hash_password
-from exchange_broker.core.ports import NullDurability, Waiter
+from exchange_broker.core.auth import HASHING_SHA256, User, hash_password
+from exchange_broker.core.clock import Clock, NoClock
+from exchange_broker.core.deadletter import dead_lettered_copy, is_cycle
+from exchange_broker.core.delayed import DelayedExchanges
 from exchange_broker.core.exchange import Exchange
 from exchange_broker.core.message import Message
+from exchange_broker.core.names import describe
+from exchange_broker.core.ports import Connection, NullDurability, Waiter
+from exchange_broker.core.queue import QueueType
+from exchange_broker.core.queue_args import amqp_type
+from exchange_broker.core.reply_to import ReplyTo
+from exchange_broker.core.vhost import VHost
 from exchange_broker.protocol import codec
-from exchange_broker.core.deadletter import dead_lettered_copy, is_cycle
 from exchange_broker.protocol.constants import ACCESS_REFUSED, NOT_ALLOWED, PRECONDITION_FAILED
 from exchange_broker.protocol.errors import AMQPError
-from exchange_broker.queue_types.classic import FLOW_HIGH, Queue
-from exchange_broker.core.queue_args import amqp_type, parse_queue_arguments
-from exchange_broker.core.reply_to import ReplyTo
-from exchange_broker.queue_types.stream import find_stream, make_typed_queue
-from exchange_broker.core.vhost import VHost
-
-if TYPE_CHECKING:
-    from exchange_broker.connection.session import Session
 
 log = logging.getLogger("exchange_broker")
 
@@ -48,27 +47,23 @@ CAPABILITIES = {
 
 
 class Broker:
-    def __init__(self, *, durability=None, default_user: str = "guest", default_pass: str = "guest",
-                 loopback_users: tuple[str, ...] = ("guest",)) -> None:
+    def __init__(self, *, durability=None, clock: Clock | None = None,
+                 queue_types: dict[str, type[QueueType]] | None = None, default_user: str = "guest",
+                 default_pass: str = "guest", loopback_users: tuple[str, ...] = ("guest",),
+                 consumer_timeout_ms: int = 30 * 60 * 1000, max_connections: int = 0) -> None:
         self.vhosts: dict[str, VHost] = {}
         self.users: dict[str, User] = {}
         self.permissions: dict[tuple[str, str], tuple[str, str, str]] = {}
-        self.sessions: set["Session"] = set()
+        self.sessions: set[Connection] = set()   # open AMQP connections (connection/session.py)
         self.durability = durability or NullDurability()
-        self.extra_exchange_types: dict[str, Callable] = {}
-        self.delayed = None  # delayed-message exchange manager (exchange type x-delayed-message)
-        from exchange_broker.core.delayed import DelayedExchanges
-        self.delayed = DelayedExchanges(self)  # registers the type in extra_exchange_types
-        self._call_later: Callable | None = None
-        self.consumer_timeout_ms = 30 * 60 * 1000  # RabbitMQ's default delivery acknowledgement timeout
-        self.alarms: dict[str, str] = {}
-        self.reply_to = ReplyTo()  # resource alarms in force: name -> detail
+        self.clock: Clock = clock or NoClock()
+        self.queue_types: dict[str, type[QueueType]] = dict(queue_types or {})
+        self.consumer_timeout_ms = consumer_timeout_ms  # RabbitMQ's default: 30 minutes
+        self.max_connections = max_connections  # open AMQP connections allowed (0: no limit); 530 beyond
+        self.alarms: dict[str, str] = {}  # resource alarms in force: name -> detail
+        self.reply_to = ReplyTo()
         self.loopback_users = set(loopback_users)
-        self.max_connections = 0  # open AMQP connections allowed (0: no limit); 530 beyond it
-        self._dirty: list["Session"] = []
-        self._flush_scheduled = False
-        self.schedule_flush: Callable[[], None] = lambda: None
-        self.blocked_reason: str | None = None
+        self.delayed = DelayedExchanges(self)  # messages held by x-delayed-message exchanges
         self.stats = {"publish": 0, "deliver": 0, "ack": 0, "confirm": 0, "return_unroutable": 0}
         self.add_vhost("/", store=False)
         if default_user:
@@ -98,7 +93,6 @@ class Broker:
     def add_user(self, name: str, password: str | None, tags: list[str] | None = None, *,
                  password_hash: str | None = None, hashing_algorithm: str | None = None,
                  store: bool = True) -> User:
-        from exchange_broker.core.auth import HASHING_SHA256
         if password_hash is None:
             password_hash = hash_password(password) if password else ""
         user = User(name, password_hash, hashing_algorithm or HASHING_SHA256, list(tags or []))
@@ -128,19 +122,19 @@ class Broker:
         """Close its connections (320), drop its queues, exchanges and permissions."""
         return users_mod.delete_vhost(self, name)
 
-    def make_index(self, type: str, arguments: dict):
-        factory = self.extra_exchange_types.get(type)
-        return factory(arguments) if factory else routing.make_index(type)
-
     def make_queue(self, vhost: VHost, name: str, durable: bool, owner, auto_delete: bool,
-                   arguments: dict) -> Queue:
-        if arguments.get("x-queue-type") is not None:  # x-queue-type: stream.py (406 if unknown)
-            typed = make_typed_queue(self, vhost, name, durable, owner, auto_delete, arguments)
-            if typed is not None:
-                return typed
-        options = parse_queue_arguments(arguments, vhost.describe("queue", name))
-        q = Queue(vhost.name, name, durable, owner, auto_delete, arguments, options)
-        q.broker = self
+                   arguments: dict) -> QueueType:
+        """A new queue of the declared x-queue-type (none: classic; unknown: 406)."""
+        qtype = arguments.get("x-queue-type")
+        if isinstance(qtype, (bytes, bytearray)):
+            qtype = bytes(qtype).decode("utf-8", "replace")
+        kind = self.queue_types.get("classic" if qtype is None else qtype) \
+            if isinstance(qtype, (str, type(None))) else None
+        if kind is None:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg 'x-queue-type' for "
+                            f"{describe('queue', name, vhost.name)}: \"unsupported queue type "
+                            f"'{qtype}'\"", 50, 10, hard=False)
+        q = kind.declare(self, vhost, name, durable, owner, auto_delete, arguments)
         q.on_empty_consumers = self._queue_lost_consumers
         q.touch()
         if owner is not None:
@@ -169,17 +163,17 @@ class Broker:
             raise AMQPError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{user}'",
                             10, 40, hard=True)
 
-    def check_write(self, session: "Session", exchange: str) -> None:
+    def check_write(self, session: Connection, exchange: str) -> None:
         """basic.publish: write permission on the exchange (403 before the 404, as RabbitMQ)."""
         perms.check(session, perms.WRITE, "exchange", exchange)
 
     # -- publish path --------------------------------------------------------------------------
     def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
-                publisher: "Session | None" = None, per_message_ttl: int | None = None
+                publisher: Connection | None = None, per_message_ttl: int | None = None
                 ) -> tuple[bool, Waiter | None, bool]:
         """Route and enqueue. Returns (routed, durability waiter or None, rejected)."""
         self.stats["publish"] += 1
-        if ex.type == "x-delayed-message" and self.delayed is not None:
+        if ex.holds_messages:  # x-delayed-message
             held = self.delayed.publish(vhost, ex, msg)  # None: no (valid) x-delay, route now
             if held is not None:
                 return held
@@ -194,34 +188,25 @@ class Broker:
             return False, None, False
         return self.enqueue(queues, msg, publisher, per_message_ttl)
 
-    def enqueue(self, queues: list[Queue], msg: Message, publisher: "Session | None" = None,
+    def enqueue(self, queues: list[QueueType], msg: Message, publisher: Connection | None = None,
                 per_message_ttl: int | None = None) -> tuple[bool, Waiter | None, bool]:
-        """Put a routed message on each queue (a cheap copy per extra queue); store what is durable."""
+        """Hand a routed message to each queue (a cheap copy per extra queue); each queue type
+        stores what it must and says whether the publisher is to be nacked."""
         waiter = None
         rejected = False
-        durability = self.durability
         first = True
         for q in queues:
             m = msg if first else msg.copy()
             first = False
-            if q.is_stream:  # stream queues append to their log (stream.py)
-                waiter = q.append(m, publisher) or waiter
-                continue
-            if not q.admit(m, per_message_ttl):
-                rejected = rejected or m.rejected
-                continue
-            m.seq = q.next_seq
-            q.next_seq += 1
-            m.queue = q
-            if m.persistent and q.store_id is not None:
-                waiter = durability.append(q, m) or waiter
-            q.push(m)
-            if publisher is not None and len(q.ready) > FLOW_HIGH and q.congested():
-                publisher.throttle(q)
+            w = q.enqueue(m, publisher, per_message_ttl)
+            if w is not None:
+                waiter = w
+            elif m.rejected:
+                rejected = True
         return True, waiter, rejected
 
     def _route_cc(self, vhost: VHost, ex: Exchange, msg: Message, headers: dict,
-                  queues: list[Queue]) -> list[Queue]:
+                  queues: list[QueueType]) -> list[QueueType]:
         """Sender-selected distribution: CC and BCC routing keys add destinations; BCC is stripped."""
         keys = []
         for name in ("CC", "BCC"):
@@ -248,24 +233,7 @@ class Broker:
             msg._props = props
         return out
 
-    def settle(self, msg: Message) -> None:
-        """A message is done with (acked, or delivered with no_ack)."""
-        if msg.stored:
-            self.durability.remove(msg)
-
-    def delivered(self, msg: Message) -> None:
-        if msg.stored:
-            self.durability.mark_delivered(msg)
-
-    def rejected(self, msg: Message) -> None:
-        """Rejected or nacked without requeue: dead-lettered if the queue has a DLX."""
-        q = msg.queue
-        if q is not None and q.options.dead_letter_exchange is not None and not q.deleted:
-            self.dead_letter(q, msg, "rejected")
-        else:
-            self.settle(msg)
-
-    def dead_letter(self, q: Queue, msg: Message, reason: str, settle: bool = True) -> None:
+    def dead_letter(self, q: QueueType, msg: Message, reason: str, settle: bool = True) -> None:
         """Republish to the queue's dead-letter exchange with x-death; then forget the original."""
         dlx = q.options.dead_letter_exchange
         vh = self.vhosts.get(q.vhost)
@@ -288,9 +256,9 @@ class Broker:
         elif dlx is not None and ex is None:
             log.debug("dead-letter exchange '%s' of queue '%s' does not exist; message dropped", dlx, q.name)
         if settle:
-            self.settle(msg)
+            q.settle(msg)
 
-    def expire_queue(self, q: Queue) -> None:
+    def expire_queue(self, q: QueueType) -> None:
         """x-expires elapsed with no consumers and no use: delete the queue."""
         vh = self.vhosts.get(q.vhost)
         if vh is not None and vh.queues.get(q.name) is q:
@@ -298,28 +266,8 @@ class Broker:
             vh.remove_queue(q)
 
     def call_later(self, delay: float, fn: Callable[[], None]):
-        """Timer hook; the server installs the event loop's call_later. Without a loop: no timers."""
-        if self._call_later is None:
-            return None
-        return self._call_later(delay, fn)
-
-    # -- stream queues: named consumer offsets and log state (stream.py; for the admin API) ------
-    def stream_offset(self, vhost: str, queue: str, name: str) -> int | None:
-        """The stored offset of named consumer ``name`` on stream ``queue`` (None: none stored).
-        KeyError: no such queue; ValueError: not a stream."""
-        return find_stream(self, vhost, queue).query_offset(name)
-
-    def set_stream_offset(self, vhost: str, queue: str, name: str, offset: int) -> None:
-        """Store an offset for a named consumer (its next consume without x-stream-offset starts
-        at offset + 1)."""
-        find_stream(self, vhost, queue).set_offset(name, offset)
-
-    def stream_offsets(self, vhost: str, queue: str) -> dict[str, int]:
-        return dict(find_stream(self, vhost, queue).offsets)
-
-    def stream_info(self, vhost: str, queue: str) -> dict:
-        """first/next offset, message and byte counts, segments, consumers, stored offsets."""
-        return find_stream(self, vhost, queue).info()
+        """A timer on the broker's clock (None when the clock has no timers)."""
+        return self.clock.call_later(delay, fn)
 
     # -- resource alarms (memory high watermark, disk free limit) -------------------------------
     def alarm_reason(self) -> str:
@@ -349,39 +297,19 @@ class Broker:
         self._check_consumer_timeouts(now)
 
     def _check_consumer_timeouts(self, now: float) -> None:
-        default = self.consumer_timeout_ms
         for sess in list(self.sessions):
-            for ch in list(sess.channels.values()):
-                if not ch.unacked:
-                    continue
-                for n, (msg, consumer) in enumerate(ch.unacked.values()):
-                    if n >= 64:
-                        break
-                    q = msg.queue
-                    timeout = (q.options.consumer_timeout if q is not None else None) or default
-                    if timeout and msg.delivered_at and now - msg.delivered_at > timeout / 1000.0:
-                        sess.channel_error(ch.number, AMQPError(
-                            PRECONDITION_FAILED, f"delivery acknowledgement on channel {ch.number} timed "
-                            f"out. Timeout value used: {timeout} ms. This timeout value can be configured, "
-                            f"see consumers doc guide to learn more", hard=False))
-                        break
+            sess.check_consumer_timeouts(now, self.consumer_timeout_ms)
 
     # -- lifecycle hooks ----------------------------------------------------------------------
-    def _queue_lost_consumers(self, q: Queue) -> None:
+    def _queue_lost_consumers(self, q: QueueType) -> None:
         if q.auto_delete and q.had_consumer and not q.deleted:
             vh = self.vhosts.get(q.vhost)
             if vh is not None:
                 vh.remove_queue(q)
 
-    def on_queue_deleted(self, q: Queue) -> None:
+    def on_queue_deleted(self, q: QueueType) -> None:
         for c in list(q.consumers):
-            ch = c.channel
-            ch.consumers.pop(c.tag, None)
-            c.active = False
-            sess = ch.session
-            if sess.conn.capabilities.get("consumer_cancel_notify") and not ch.closed:
-                sess.conn.send_method(ch.number, commands.Basic.Cancel(c.tag, nowait=True))
-                sess.mark_dirty()
+            c.queue_deleted()  # the channel forgets it and tells the client (basic.cancel)
         q.consumers.clear()
         q.cancel_timers()
         if q.waiting_gets:
@@ -393,21 +321,5 @@ class Broker:
             q.release_publishers()
 
     def on_exchange_deleted(self, ex: Exchange) -> None:
-        if self.delayed is not None:
+        if ex.holds_messages:
             self.delayed.exchange_deleted(ex)
-
-    # -- output scheduling -----------------------------------------------------------------------
-    def mark_dirty(self, session: "Session") -> None:
-        if not session.dirty:
-            session.dirty = True
-            self._dirty.append(session)
-            if not self._flush_scheduled:
-                self._flush_scheduled = True
-                self.schedule_flush()
-
-    def flush(self) -> None:
-        self._flush_scheduled = False
-        dirty, self._dirty = self._dirty, []
-        for s in dirty:
-            s.dirty = False
-            s.flush()

@@ -38,15 +38,11 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING
+import routing
 
-from exchange_broker.core.exchange import EXCHANGE_TYPES
+from exchange_broker.core.ports import Connection
 from exchange_broker.protocol.constants import ACCESS_REFUSED
 from exchange_broker.protocol.errors import AMQPError
-
-if TYPE_CHECKING:
-    from exchange_broker.core.broker import Broker
-    from exchange_broker.connection.session import Session
 
 CONFIGURE, WRITE, READ = 0, 1, 2
 PERMISSION_NAMES = ("configure", "write", "read")
@@ -81,7 +77,7 @@ def resource_name(kind: str, name: str) -> str:
     return "amq.default" if kind == "exchange" and name == "" else name
 
 
-def allowed(broker: "Broker", user: str, vhost: str, kind: str, name: str, perm: int) -> bool:
+def allowed(broker, user: str, vhost: str, kind: str, name: str, perm: int) -> bool:
     """Does ``user`` hold permission ``perm`` (CONFIGURE/WRITE/READ) on the resource?"""
     triple = broker.permissions.get((user, vhost))
     return triple is not None and matches(triple[perm], resource_name(kind, name))
@@ -93,7 +89,7 @@ def refused(user: str, vhost: str, kind: str, name: str, class_id: int = 0,
                      f"'{vhost}' refused for user '{user}'", class_id, method_id, hard=False)
 
 
-def check(sess: "Session", perm: int, kind: str, name: str) -> None:
+def check(sess: Connection, perm: int, kind: str, name: str) -> None:
     """Raise 403 unless the session's user holds ``perm`` on the resource in its vhost.
 
     Answers are cached per connection; the cache is keyed by the permission triple object, so
@@ -119,8 +115,8 @@ def check(sess: "Session", perm: int, kind: str, name: str) -> None:
 
 # -- per-method checks, called by the session before the vhost acts ---------------------------------
 
-def _known_type(sess: "Session", type_: str) -> bool:
-    return type_ in EXCHANGE_TYPES or type_ in sess.broker.extra_exchange_types
+def _known_type(sess: Connection, type_: str) -> bool:
+    return type_ in routing.TYPES
 
 
 def _str_arg(arguments: dict | None, key: str) -> str | None:
@@ -133,7 +129,7 @@ def _str_arg(arguments: dict | None, key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def exchange_declare(sess: "Session", m) -> None:
+def exchange_declare(sess: Connection, m) -> None:
     """Non-passive exchange.declare: configure on the exchange; a new exchange with an
     alternate-exchange also needs read on itself and write on the AE."""
     if m.passive or m.exchange == "" or not _known_type(sess, m.exchange_type):
@@ -146,13 +142,13 @@ def exchange_declare(sess: "Session", m) -> None:
             check(sess, WRITE, "exchange", ae)
 
 
-def exchange_delete(sess: "Session", name: str) -> None:
+def exchange_delete(sess: Connection, name: str) -> None:
     if name == "" or name.startswith("amq."):
         return  # the vhost refuses these first (default exchange / system exchange)
     check(sess, CONFIGURE, "exchange", name)
 
 
-def queue_declare(sess: "Session", name: str, arguments: dict | None) -> None:
+def queue_declare(sess: Connection, name: str, arguments: dict | None) -> None:
     """Non-passive queue.declare (``name`` is the generated one for a server-named queue)."""
     check(sess, CONFIGURE, "queue", name)
     if name not in sess.vhost.queues:
@@ -162,7 +158,7 @@ def queue_declare(sess: "Session", name: str, arguments: dict | None) -> None:
             check(sess, WRITE, "exchange", dlx)
 
 
-def binding(sess: "Session", dest_kind: str, dest: str, source: str) -> None:
+def binding(sess: Connection, dest_kind: str, dest: str, source: str) -> None:
     """queue.bind/unbind and exchange.bind/unbind: write on the destination, read on the source.
     Binding from or to the default exchange is refused in between, as RabbitMQ orders it."""
     check(sess, WRITE, dest_kind, dest)

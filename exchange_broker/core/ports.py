@@ -1,13 +1,61 @@
-"""What the core tells the store. The default keeps nothing (a purely in-memory broker).
+"""The ports of the core: what it tells the store, and what it calls on the layers above it
+(open connections, consumers), as small protocols so that nothing here imports them.
 
-The SQL implementation (``sql_durability``) turns these calls into ordered,
-batched writes and answers ``append`` with a :class:`Waiter` that fires once
-the batch holding the message has committed.
+The durability default keeps nothing (a purely in-memory broker). The SQL implementation
+(``durability/sql.py``) turns these calls into ordered, batched writes and answers ``append``
+with a :class:`Waiter` that fires once the batch holding the message has committed.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Protocol
+
+
+class Connection(Protocol):
+    """An open AMQP connection as the core sees it (``connection/session.py``)."""
+
+    user: str | None
+    vhost: object
+    closed: bool
+    has_published: bool
+    exclusive_queues: set
+
+    def throttle(self, queue) -> None:
+        """Credit flow: stop reading this publisher until ``queue`` drains."""
+
+    def unthrottle(self, queue) -> None: ...
+
+    def block(self, reason: str) -> None:
+        """A resource alarm: connection.blocked, and stop reading."""
+
+    def unblock(self) -> None: ...
+
+    def server_close(self, code: int, text: str) -> None:
+        """Close from the broker's side (connection.close with ``code``)."""
+
+    def check_consumer_timeouts(self, now: float, default_ms: int) -> None:
+        """Close channels holding a delivery unacknowledged for longer than the timeout."""
+
+
+class Consumer(Protocol):
+    """A subscription to a queue, as queue types see it (``connection/consumer.py``): the one
+    narrow sink deliveries go up through."""
+
+    tag: str
+    priority: int
+    exclusive: bool
+    no_ack: bool
+    arguments: dict
+    active: bool
+
+    def can_take(self) -> bool:
+        """May one more message be delivered now (credit, prefetch, writable socket)?"""
+
+    def deliver(self, msg) -> int:
+        """Send ``msg``; returns its delivery tag."""
+
+    def queue_deleted(self) -> None:
+        """The queue is gone: forget the consumer and tell the client (basic.cancel)."""
 
 
 class Waiter:
@@ -59,3 +107,33 @@ class NullDurability:
     def user_deleted(self, name) -> None: ...
     def permission_set(self, user, vhost, configure, write, read) -> None: ...
     def permission_cleared(self, user, vhost) -> None: ...
+
+    # generic store access for queue types and the delayed exchange (SqlDurability: ordered
+    # writes on the writer thread; reads off the event loop, answered on it)
+    pending_definition: Waiter | None = None  # the last definition write (declare-ok waits for it)
+
+    def write(self, fn: Callable) -> None: ...
+
+    def read(self, fn: Callable, *args, done: Callable) -> None:
+        done(None, RuntimeError("no store"))
+
+    def attach(self, q, window: int) -> None:
+        """Let a durable queue page to the store (nothing to page to here)."""
+
+    # -- the delayed-message exchange (helper block: core/delayed.py calls these; SqlDurability's
+    # are in durability/delayed_writes.py). DelayedExchanges.recover() switches the store on only
+    # when ``enabled``, so with this class they are never called; they document the interface.
+    def delayed_insert(self, row: tuple) -> Waiter | None:
+        return None
+
+    def delayed_delete(self, ids: list[int]) -> None: ...
+    def delayed_delete_exchange(self, vhost: str, name: str) -> None: ...
+
+    def delayed_fence(self, callback: Callable[[], None]) -> None:
+        callback()
+
+    def delayed_load(self, start: tuple[int, int], until: int, limit: int, done: Callable) -> None:
+        done([], None)
+
+    def delayed_stats(self) -> tuple[int, int, int | None]:
+        return 0, 0, None

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import generated
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.constants import PRECONDITION_FAILED
 from exchange_broker.protocol.errors import AMQPError
-
-if TYPE_CHECKING:
-    from exchange_broker.connection.channel import Channel
 
 PSEUDO_QUEUE = "amq.rabbitmq.reply-to"
 PREFIX = PSEUDO_QUEUE + "."
@@ -22,9 +17,9 @@ class ReplyTo:
     """Registry of channels consuming from the pseudo-queue, keyed by an unguessable token."""
 
     def __init__(self) -> None:
-        self.channels: dict[str, "Channel"] = {}
+        self.channels: dict[str, object] = {}
 
-    def consume(self, ch: "Channel", tag: str, no_ack: bool) -> str:
+    def consume(self, ch, tag: str, no_ack: bool) -> str:
         if not no_ack:
             raise AMQPError(PRECONDITION_FAILED, "reply consumer cannot acknowledge", 60, 20, hard=False)
         if ch.reply_tag is not None:
@@ -35,12 +30,12 @@ class ReplyTo:
         self.channels[ch.reply_token] = ch
         return ch.reply_tag
 
-    def cancel(self, ch: "Channel") -> None:
+    def cancel(self, ch) -> None:
         if ch.reply_token is not None:
             self.channels.pop(ch.reply_token, None)
         ch.reply_tag = ch.reply_token = None
 
-    def rewrite_reply_to(self, ch: "Channel", properties: bytes) -> bytes:
+    def rewrite_reply_to(self, ch, properties: bytes) -> bytes:
         """A request naming `amq.rabbitmq.reply-to` gets the channel's own reply address."""
         if _MARK not in properties:
             return properties

@@ -17,13 +17,9 @@ RabbitMQ behaviours kept (checked by hand against RabbitMQ 3.10):
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from exchange_broker.core.auth import HASHING_SHA256, User, _ALGOS
 from exchange_broker.protocol.constants import CONNECTION_FORCED
-
-if TYPE_CHECKING:
-    from exchange_broker.core.broker import Broker
 
 log = logging.getLogger("exchange_broker.users")
 
@@ -31,11 +27,11 @@ KNOWN_TAGS = ("administrator", "management", "monitoring", "policymaker", "imper
 
 
 
-def stored_user(broker: "Broker", user: User) -> None:
+def stored_user(broker, user: User) -> None:
     broker.durability.user_added(user)
 
 
-def stored_permission(broker: "Broker", user: str, vhost: str) -> None:
+def stored_permission(broker, user: str, vhost: str) -> None:
     triple = broker.permissions.get((user, vhost))
     if triple is not None:
         broker.durability.permission_set(user, vhost, *triple)
@@ -46,7 +42,7 @@ def check_algorithm(algorithm: str) -> None:
         raise ValueError(f"unsupported hashing algorithm '{algorithm}' (one of {', '.join(_ALGOS)})")
 
 
-def set_user_tags(broker: "Broker", name: str, tags: list[str]) -> bool:
+def set_user_tags(broker, name: str, tags: list[str]) -> bool:
     user = broker.users.get(name)
     if user is None:
         return False
@@ -55,7 +51,7 @@ def set_user_tags(broker: "Broker", name: str, tags: list[str]) -> bool:
     return True
 
 
-def _close_sessions(broker: "Broker", pick, text: str) -> int:
+def _close_sessions(broker, pick, text: str) -> int:
     n = 0
     for sess in list(broker.sessions):
         if pick(sess) and not sess.closed:
@@ -64,7 +60,7 @@ def _close_sessions(broker: "Broker", pick, text: str) -> int:
     return n
 
 
-def delete_user(broker: "Broker", name: str) -> bool:
+def delete_user(broker, name: str) -> bool:
     """Remove a user and its permissions; its open connections get 320 (False: no such user)."""
     if broker.users.pop(name, None) is None:
         return False
@@ -76,14 +72,14 @@ def delete_user(broker: "Broker", name: str) -> bool:
     return True
 
 
-def clear_permissions(broker: "Broker", user: str, vhost: str) -> bool:
+def clear_permissions(broker, user: str, vhost: str) -> bool:
     if broker.permissions.pop((user, vhost), None) is None:
         return False
     broker.durability.permission_cleared(user, vhost)
     return True
 
 
-def delete_vhost(broker: "Broker", name: str) -> bool:
+def delete_vhost(broker, name: str) -> bool:
     """Close the vhost's connections (320), drop its queues, exchanges and permissions."""
     vh = broker.vhosts.get(name)
     if vh is None:
@@ -102,7 +98,7 @@ def delete_vhost(broker: "Broker", name: str) -> bool:
     return True
 
 
-def restore_access(broker: "Broker", durability, defs) -> dict:
+def restore_access(broker, durability, defs) -> dict:
     """At start-up: users and permissions from the store, or seed a fresh store.
 
     A store without any user is new (or from a version that did not store users): the broker's

@@ -6,19 +6,14 @@ reply code RabbitMQ uses and tells ``broker.durability`` what must be stored.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import routing
 
-from exchange_broker.core.exchange import EXCHANGE_TYPES, Exchange
+from exchange_broker.core.exchange import Exchange, make_index
 from exchange_broker.core.names import check_name, describe, generated
 from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, NOT_FOUND, PRECONDITION_FAILED,
                                  RESOURCE_LOCKED)
 from exchange_broker.protocol.errors import AMQPError
-from exchange_broker.queue_types.classic import Queue
-
-if TYPE_CHECKING:
-    from exchange_broker.core.broker import Broker
+from exchange_broker.core.queue import QueueType
 
 BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
                      ("amq.headers", "headers"), ("amq.match", "headers"))
@@ -71,11 +66,11 @@ def _norm(value):
 
 
 class VHost:
-    def __init__(self, broker: "Broker", name: str) -> None:
+    def __init__(self, broker, name: str) -> None:
         self.broker = broker
         self.name = name
         self.exchanges: dict[str, Exchange] = {}
-        self.queues: dict[str, Queue] = {}
+        self.queues: dict[str, QueueType] = {}
         self.headers_exchanges = 0
         default = Exchange(name, "", "direct", durable=True,
                            index=routing.DefaultIndex(self.queues.__contains__))
@@ -95,7 +90,7 @@ class VHost:
     def lookup(self, name: str) -> Exchange | None:
         return self.exchanges.get(name)
 
-    def route(self, exchange: Exchange, routing_key: str, headers: dict | None) -> list[Queue]:
+    def route(self, exchange: Exchange, routing_key: str, headers: dict | None) -> list[QueueType]:
         queues = self.queues
         if exchange.name == "":
             q = queues.get(routing_key)
@@ -126,7 +121,7 @@ class VHost:
         if name.startswith("amq.") and existing is None:
             raise AMQPError(ACCESS_REFUSED, f"exchange name '{name}' contains reserved "
                             f"prefix 'amq.*'", cid, mid, hard=False)
-        if type not in EXCHANGE_TYPES and type not in self.broker.extra_exchange_types:
+        if type not in routing.TYPES:
             raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type}'", cid, mid, hard=True)
         if existing is not None:
             desc = self.describe("exchange", name)
@@ -143,7 +138,7 @@ class VHost:
                 raise AMQPError(PRECONDITION_FAILED, f"inequivalent arg 'alternate-exchange' for {desc}: "
                                 f"{_arg_mismatch(got, have)}", cid, mid, hard=False)
             return existing
-        index = self.broker.make_index(type, arguments)
+        index = make_index(type, arguments)
         ex = Exchange(self.name, name, type, durable, auto_delete, internal, arguments, index=index)
         self._add_exchange(ex)
         if durable:
@@ -247,7 +242,7 @@ class VHost:
         return d is not None and d.durable
 
     # -- queues ----------------------------------------------------------------------------------
-    def get_queue(self, name: str, owner: object = None, class_id: int = 0, method_id: int = 0) -> Queue:
+    def get_queue(self, name: str, owner: object = None, class_id: int = 0, method_id: int = 0) -> QueueType:
         q = self.queues.get(name)
         if q is None:
             raise AMQPError(NOT_FOUND, f"no {self.describe('queue', name)}", class_id, method_id,
@@ -265,7 +260,7 @@ class VHost:
     def declare_queue(self, name: str, passive: bool = False, durable: bool = False,
                       exclusive: bool = False, auto_delete: bool = False,
                       arguments: dict | None = None, owner: object = None,
-                      server_name: str | None = None) -> Queue:
+                      server_name: str | None = None) -> QueueType:
         cid, mid = 50, 10
         arguments = arguments or {}
         if passive:
@@ -321,7 +316,7 @@ class VHost:
                             hard=False)
         return self.remove_queue(q)
 
-    def remove_queue(self, q: Queue) -> int:
+    def remove_queue(self, q: QueueType) -> int:
         if q.deleted:
             return 0
         count = q.message_count
@@ -335,7 +330,7 @@ class VHost:
         self.broker.on_queue_deleted(q)
         if q.durable:
             self.broker.durability.queue_deleted(q)
-        q.ready.clear()
+        q.on_deleted()
         return count
 
     def purge_queue(self, name: str, owner: object = None) -> int:

@@ -7,7 +7,7 @@ import logging
 from pamqp import decode as pdecode
 
 from exchange_broker.core.broker import Broker
-from exchange_broker.core.exchange import Exchange
+from exchange_broker.core.exchange import Exchange, make_index
 from exchange_broker.durability.sql import SqlDurability, message_from_row
 from exchange_broker.core.users import restore_access
 
@@ -35,7 +35,7 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
             continue
         args = decode_args(x["arguments"])
         ex = Exchange(vh.name, x["name"], x["type"], x["durable"], x["auto_delete"], x["internal"], args,
-                      index=broker.make_index(x["type"], args))
+                      index=make_index(x["type"], args))
         vh._add_exchange(ex)
         counts["exchanges"] += 1
     max_id = 0
@@ -45,23 +45,11 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
         q = broker.make_queue(vh, r["name"], True, None, r["auto_delete"], decode_args(r["arguments"]))
         q.store_id = r["id"]
         max_id = max(max_id, r["id"])
-        if q.is_stream:  # a stream rebuilds its log state itself (stream.py)
-            q.restore(durability, r)
-            vh.queues[q.name] = q
-            counts["queues"] += 1
-            counts["messages"] += q.message_count
-            continue
-        q.next_seq = (r["max_seq"] or 0) + 1
-        q.paged = r["message_count"] or 0
-        q.page_cursor = (r["min_seq"] or 1) - 1
-        if q.paged:
-            q.bytes = store.queue_stats(q.store_id)[1]
-        vh.queues[q.name] = q
-        durability.attach(q, window)
-        counts["queues"] += 1
-        counts["messages"] += q.paged
-        if q.paged:
+        if q.restore(durability, r, window):  # each queue type rebuilds its own state
             to_page.append(q)
+        vh.queues[q.name] = q
+        counts["queues"] += 1
+        counts["messages"] += q.message_count
     durability.next_queue_id = max_id + 1
     for b in defs.bindings:
         vh = broker.vhosts.get(b["vhost"])

@@ -9,6 +9,10 @@
 * ``append`` returns a :class:`Waiter` fired on the event loop once the batch
   holding the message has committed (ok) or failed (not ok): publisher
   confirms and tx.commit-ok wait on it.
+* Generic access for queue types: ``write(fn)`` (an ordered ``fn(store)`` on the
+  writer thread) and ``read(fn, *args, done=...)`` (``fn(store, *args)`` on an
+  executor thread, ``done(result, error)`` back on the event loop).
+* The delayed-message exchange's operations: ``delayed_writes.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from persistence.store import StoredMessage
 from persistence.writer import GroupCommitWriter
 
 from exchange_broker.core.ports import Waiter
+from exchange_broker.durability.delayed_writes import DelayedWrites
 
 log = logging.getLogger("exchange_broker.persistence")
 
@@ -32,7 +37,7 @@ def encode_args(arguments: dict | None) -> bytes:
     return pencode.field_table(arguments or {})
 
 
-class SqlDurability:
+class SqlDurability(DelayedWrites):
     enabled = True
 
     def __init__(self, store, loop: asyncio.AbstractEventLoop, window: int = 20000) -> None:
@@ -56,16 +61,19 @@ class SqlDurability:
         self.writer.start()
 
     def stop(self) -> None:
-        self._submit()
+        self.flush()
         self.writer.stop()
 
     # -- batching ------------------------------------------------------------------------------
     def _schedule(self) -> None:
         if not self._scheduled:
             self._scheduled = True
-            self.loop.call_soon(self._submit)
+            self.loop.call_soon(self.flush)
 
-    def _submit(self) -> None:
+    def flush(self) -> None:
+        """Submit the appends, removes and delivered marks batched so far (normally done at the
+        end of the event-loop turn) so that writes submitted next are ordered after them.
+        Raises RuntimeError once the writer has stopped."""
         self._scheduled = False
         if not (self._appends or self._removes or self._marks):
             return
@@ -73,12 +81,19 @@ class SqlDurability:
         self.writer.submit(token, self._appends, self._removes, self._marks)
         self._appends, self._removes, self._marks, self._waiter = [], [], {}, None
 
-    def _definition(self, fn: Callable) -> None:
-        """An ordered definition write: everything submitted before it is written first.
-        ``pending_definition`` fires once it is committed: declare-ok & co. wait for it."""
-        self._submit()
+    def write(self, fn: Callable) -> None:
+        """An ordered write ``fn(store)`` on the writer thread: everything submitted before it is
+        written first. ``pending_definition`` fires once it is committed: declare-ok & co. wait
+        for it."""
+        self.flush()
         waiter = self.pending_definition = Waiter()
         self.writer.submit_call(waiter, fn)
+
+    def read(self, fn: Callable, *args, done: Callable[[object, BaseException | None], None]) -> None:
+        """``fn(store, *args)`` on an executor thread, then ``done(result, None)`` (or
+        ``done(None, error)``) on the event loop."""
+        fut = self.loop.run_in_executor(None, fn, self.store, *args)
+        fut.add_done_callback(lambda f: _answer(f, done))
 
     def _on_done_thread(self, tokens: list, error: BaseException | None) -> None:
         try:
@@ -134,38 +149,38 @@ class SqlDurability:
     def messages_purged(self, q, msgs) -> None:
         if not q.durable or q.store_id is None or q.deleted:
             return
-        self._submit()
+        self.flush()
         waiter = self.pending_definition = Waiter()  # purge-ok waits for it too
         self.writer.submit(waiter, purges=(q.store_id,))
 
     # -- definitions -------------------------------------------------------------------------------
     def vhost_added(self, name: str) -> None:
-        self._definition(lambda s: s.put_vhost(name))
+        self.write(lambda s: s.put_vhost(name))
 
     def vhost_deleted(self, name: str) -> None:
-        self._definition(lambda s: s.delete_vhost(name))
+        self.write(lambda s: s.delete_vhost(name))
 
     # users and permissions (users.py)
     def user_added(self, user) -> None:
         name, pw, algo, tags = user.name, user.password_hash, user.hashing_algorithm, list(user.tags)
-        self._definition(lambda s: s.put_user(name, pw, algo, tags))
+        self.write(lambda s: s.put_user(name, pw, algo, tags))
 
     def user_deleted(self, name: str) -> None:
-        self._definition(lambda s: s.delete_user(name))
+        self.write(lambda s: s.delete_user(name))
 
     def permission_set(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
-        self._definition(lambda s: s.put_permission(user, vhost, configure, write, read))
+        self.write(lambda s: s.put_permission(user, vhost, configure, write, read))
 
     def permission_cleared(self, user: str, vhost: str) -> None:
-        self._definition(lambda s: s.delete_permission(user, vhost))
+        self.write(lambda s: s.delete_permission(user, vhost))
 
     def exchange_declared(self, ex) -> None:
         args = encode_args(ex.arguments)
-        self._definition(lambda s: s.put_exchange(ex.vhost, ex.name, ex.type, ex.durable, ex.auto_delete,
+        self.write(lambda s: s.put_exchange(ex.vhost, ex.name, ex.type, ex.durable, ex.auto_delete,
                                                   ex.internal, args))
 
     def exchange_deleted(self, ex) -> None:
-        self._definition(lambda s: s.delete_exchange(ex.vhost, ex.name))
+        self.write(lambda s: s.delete_exchange(ex.vhost, ex.name))
 
     def queue_declared(self, q) -> None:
         if q.exclusive:
@@ -175,27 +190,29 @@ class SqlDurability:
         args = encode_args(q.arguments)
         qid = q.store_id
         self.attach(q, self.window)
-        self._definition(lambda s: s.put_queue(q.vhost, q.name, q.durable, False, q.auto_delete, args,
+        self.write(lambda s: s.put_queue(q.vhost, q.name, q.durable, False, q.auto_delete, args,
                                                queue_id=qid))
 
     def queue_deleted(self, q) -> None:
         if q.store_id is None:
             return
-        self._definition(lambda s: s.delete_queue(q.vhost, q.name))
+        self.write(lambda s: s.delete_queue(q.vhost, q.name))
 
     def binding_added(self, vhost, source, dest_type, dest, routing_key, arguments) -> None:
         args = encode_args(arguments)
-        self._definition(lambda s: s.put_binding(vhost, source, dest, dest_type, routing_key, args))
+        self.write(lambda s: s.put_binding(vhost, source, dest, dest_type, routing_key, args))
 
     def binding_removed(self, vhost, source, dest_type, dest, routing_key, arguments) -> None:
         args = encode_args(arguments)
-        self._definition(lambda s: s.delete_binding(vhost, source, dest, dest_type, routing_key, args))
+        self.write(lambda s: s.delete_binding(vhost, source, dest, dest_type, routing_key, args))
 
     # -- paging: reads off the loop ----------------------------------------------------------------
     refill_batch = 5000
 
     def attach(self, q, window: int) -> None:
         """Let a durable queue page: held messages are evicted after commits, refills read rows back."""
+        if not q.pages_to_store:  # e.g. a stream: it reads its log back itself
+            return
         q.window = window if q.pageable else 0
         q.refill = self.refill
         self.paging_queues.add(q)
@@ -215,17 +232,30 @@ class SqlDurability:
         limit = min(self.refill_batch, q.paged)
         if q.window:  # read back no more than fills the in-memory window (large messages!)
             limit = min(limit, max(1, q.window - len(q.ready)))
-        fut = self.loop.run_in_executor(None, self.store.load_messages, q.store_id, cursor, limit)
-        fut.add_done_callback(lambda f: self._refilled(q, epoch, f))
+        self.read(_load_messages, q.store_id, cursor, limit,
+                  done=lambda rows, exc: self._refilled(q, epoch, rows, exc))
 
-    def _refilled(self, q, epoch: int, fut) -> None:
-        exc = fut.exception()
+    def _refilled(self, q, epoch: int, rows, exc: BaseException | None) -> None:
         if exc is not None:
             log.error("reading queue '%s' back from the store failed: %s", q.name, exc)
             q.refilling = False
             self.loop.call_later(1.0, q.maybe_refill)
             return
-        q.refilled([message_from_row(q, r) for r in fut.result()], epoch)
+        q.refilled([message_from_row(q, r) for r in rows], epoch)
+
+
+def _answer(fut: asyncio.Future, done: Callable) -> None:
+    if fut.cancelled():  # the loop is shutting down
+        return
+    exc = fut.exception()
+    if exc is not None:
+        done(None, exc)
+    else:
+        done(fut.result(), None)
+
+
+def _load_messages(store, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
+    return store.load_messages(queue_id, after_seq, limit)
 
 
 def message_from_row(q, r: StoredMessage):

@@ -8,10 +8,10 @@ import binascii
 from fastapi import Depends, Request
 from fastapi.security import HTTPBasic
 
-from exchange_broker.management.service import Principal, ServiceError
+from exchange_broker.management.common import Principal, ServiceError
 
 REALM = "exchange-broker Management"
-
+MANAGEMENT_TAGS = ("administrator", "monitoring", "policymaker", "management")
 
 
 class _DocumentedBasic(HTTPBasic):
@@ -54,5 +54,19 @@ async def require_user(request: Request, _doc: None = Depends(basic_scheme)) -> 
     """FastAPI dependency: the authenticated management user, or a 401."""
     user, password = credentials(request)
     client = request.client
-    service = request.app.state.service
-    return service.authenticate(user, password, _is_loopback(client.host if client else None))
+    broker = request.app.state.admin.broker
+    return authenticate(broker, user, password, _is_loopback(client.host if client else None))
+
+
+def authenticate(broker, username: str, password: str, peer_is_loopback: bool = True) -> Principal:
+    """RabbitMQ's management login: a known user, the right password, loopback-only users from
+    localhost only, and a management tag."""
+    user = broker.users.get(username)
+    if user is None or not user.check(password):
+        raise login_failed()
+    if username in broker.loopback_users and not peer_is_loopback:
+        raise login_failed("User can only log in via localhost")
+    if not any(t in MANAGEMENT_TAGS for t in user.tags):
+        raise login_failed("Not management user")
+    vhosts = {vh for (u, vh) in broker.permissions if u == username}
+    return Principal(username, user.tags, vhosts)

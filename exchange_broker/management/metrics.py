@@ -1,26 +1,55 @@
-"""Prometheus metrics (text exposition format) with rabbitmq_prometheus's metric names."""
+"""Prometheus metrics at /metrics (text exposition format, no authentication) with
+rabbitmq_prometheus's metric names."""
 
 from __future__ import annotations
 
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from exchange_broker.management.service import BrokerService
+from exchange_broker.management.common import AdminContext
+from exchange_broker.management.connections import sessions
+from exchange_broker.management.stats import delivered_total, global_counters, unacked_by_queue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+router = APIRouter(tags=["metrics"])
+
+
+def snapshot(ctx: AdminContext) -> dict:
+    """Every number a scrape reports, read from the broker at once."""
+    broker = ctx.broker
+    unacked = unacked_by_queue(broker)
+    queues = []
+    for vh in broker.vhosts.values():
+        for q in vh.queues.values():
+            queues.append({"vhost": vh.name, "queue": q.name, "ready": q.message_count,
+                           "unacked": unacked.get(id(q), (0, 0))[0], "consumers": len(q.consumers),
+                           "published": q.stats_published, "delivered": q.stats_delivered})
+    open_sessions = sessions(ctx, None)
+    return {
+        "queues": queues,
+        "connections": len(open_sessions),
+        "channels": sum(len(s.channels) for s in open_sessions),
+        "consumers": sum(q["consumers"] for q in queues),
+        "exchanges": sum(len(vh.exchanges) for vh in broker.vhosts.values()),
+        "vhosts": len(broker.vhosts),
+        "counters": global_counters(broker),
+    }
+
 
 class BrokerCollector:
-    """Reads a snapshot from the service on every scrape (the scrape runs on the broker's loop)."""
+    """Reads a snapshot on every scrape (the scrape runs on the broker's loop)."""
 
-    def __init__(self, service: BrokerService) -> None:
-        self.service = service
+    def __init__(self, ctx: AdminContext) -> None:
+        self.ctx = ctx
 
     def describe(self):
         return []
 
     def collect(self):
-        snap = self.service.metrics_snapshot()
+        snap = snapshot(self.ctx)
         labels = ["vhost", "queue"]
         per_queue = {
             "ready": GaugeMetricFamily("rabbitmq_queue_messages_ready",
@@ -57,18 +86,24 @@ class BrokerCollector:
                                   "Messages published to the broker", value=c["publish"])
         yield CounterMetricFamily("rabbitmq_global_messages_delivered",
                                   "Messages delivered to consumers or fetched with basic.get",
-                                  value=c["deliver"] + c["get"] + c["deliver_no_ack"] + c["get_no_ack"])
+                                  value=delivered_total(c))
         yield CounterMetricFamily("rabbitmq_global_messages_acknowledged",
                                   "Messages acknowledged by consumers", value=c["ack"])
         yield CounterMetricFamily("rabbitmq_global_messages_unroutable",
                                   "Messages published that no queue received", value=c["return_unroutable"])
 
 
-def make_registry(service: BrokerService) -> CollectorRegistry:
+def make_registry(ctx: AdminContext) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(service))
+    registry.register(BrokerCollector(ctx))
     return registry
 
 
 def render(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
+
+
+@router.get("/metrics", response_class=Response,
+            summary="Prometheus metrics (text exposition format, no authentication)")
+async def metrics(request: Request):
+    return Response(render(request.app.state.registry), media_type=CONTENT_TYPE)

@@ -6,7 +6,7 @@ import math
 import re
 from typing import Any, Mapping
 
-from exchange_broker.management.service import ServiceError, bad_request
+from exchange_broker.management.common import ServiceError, bad_request
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 100

@@ -15,8 +15,8 @@ import socket
 
 import uvicorn
 
-from exchange_broker.management.service import BrokerService
 from exchange_broker.management.app import create_app
+from exchange_broker.management.common import AdminContext
 
 log = logging.getLogger("exchange_broker.admin")
 
@@ -31,13 +31,13 @@ class _InLoopServer(uvicorn.Server):
 
 class AdminServer:
     def __init__(self, broker, host: str = "127.0.0.1", port: int = 15672, *, amqp_server=None,
-                 service: BrokerService | None = None, ssl_options: dict | None = None) -> None:
+                 context: AdminContext | None = None, ssl_options: dict | None = None) -> None:
         self.broker = broker
         self.ssl_options = dict(ssl_options or {})  # HTTPS: tls.TLSConfig.uvicorn_options()
         self.host = host
         self.port = port
-        self.service = service or BrokerService(broker, amqp_server)
-        self.app = create_app(self.service)
+        self.context = context or AdminContext(broker, amqp_server)
+        self.app = create_app(self.context)
         self._server: _InLoopServer | None = None
         self._task: asyncio.Task | None = None
         self._sampler: asyncio.Task | None = None
@@ -73,7 +73,7 @@ class AdminServer:
                     raise exc
                 raise RuntimeError(f"admin HTTP server failed to start: {exc!r}")
             await asyncio.sleep(0.01)
-        self.service.sample()
+        self.context.sample()
         self._sampler = asyncio.get_running_loop().create_task(self._sample(), name="admin-stats")
         log.info("admin API on %s (OpenAPI at /api/openapi.json, metrics at /metrics)", self.url)
 
@@ -81,7 +81,7 @@ class AdminServer:
         while True:
             await asyncio.sleep(SAMPLE_INTERVAL)
             try:
-                self.service.sample()
+                self.context.sample()
             except Exception:
                 log.exception("admin statistics sampling failed")
 

@@ -8,6 +8,7 @@ is built with ``struct`` because pamqp costs ~15 µs a message each way.
 from __future__ import annotations
 
 import struct
+from decimal import Decimal
 
 from pamqp import commands, frame as pframe
 
@@ -257,3 +258,109 @@ def quick_properties(raw: bytes) -> tuple[int, int, bool]:
     except IndexError:
         raise AMQPError(SYNTAX_ERROR, "malformed content header properties", 60, 40, hard=True) from None
 
+
+
+# --- the headers field table, scanned in place (no full decode) ------------------------------------
+# Sizes of field values by type octet: fixed-size ones, and those carrying a 4-byte length.
+_FIELD_FIXED = {ord("t"): 1, ord("b"): 1, ord("B"): 1, ord("s"): 2, ord("u"): 2, ord("U"): 2,
+                ord("I"): 4, ord("i"): 4, ord("l"): 8, ord("L"): 8, ord("f"): 4, ord("d"): 8,
+                ord("D"): 5, ord("T"): 8, ord("V"): 0, 0: 0}
+_FIELD_SIZED = {ord("S"), ord("x"), ord("A"), ord("F")}
+_FIELD_NUMBER = {ord(k): struct.Struct(f) for k, f in (
+    ("b", ">b"), ("B", ">B"), ("s", ">h"), ("u", ">H"), ("U", ">h"), ("I", ">i"), ("i", ">I"),
+    ("l", ">q"), ("L", ">q"), ("f", ">f"), ("d", ">d"))}
+UNREADABLE = object()  # raw_header: the table holds a type the scanner cannot size, or is cut short
+NOT_SCALAR = object()  # raw_header: present, but a byte array, timestamp, table, array or void
+
+
+def headers_span(raw: bytes) -> tuple[int, int] | None:
+    """(start, end) of the headers field table's entries in raw content-header properties; None
+    without headers (or a table running past the end). Raises IndexError on truncated input."""
+    flags, pos = headers_offset(raw)
+    if not flags & _FLAG_HEADERS:
+        return None
+    end = pos + 4 + int.from_bytes(raw[pos:pos + 4], "big")
+    return (pos + 4, end) if end <= len(raw) else None
+
+
+def field_entries(raw: bytes, start: int, end: int):
+    """(key start, type position, value end) of each entry of the field table in raw[start:end];
+    yields None and stops at a type it cannot size (or an entry running past ``end``)."""
+    pos = start
+    while pos < end:
+        tpos = pos + 1 + raw[pos]
+        kind = raw[tpos]
+        size = _FIELD_FIXED.get(kind)
+        if size is not None:
+            vend = tpos + 1 + size
+        elif kind in _FIELD_SIZED:
+            vend = tpos + 5 + int.from_bytes(raw[tpos + 1:tpos + 5], "big")
+        else:
+            yield None
+            return
+        if vend > end:
+            yield None
+            return
+        yield pos, tpos, vend
+        pos = vend
+
+
+def raw_header(raw: bytes, name: bytes):
+    """One header's value read straight from raw properties: numbers as int/float, 'D' as a
+    Decimal, 'S' as bytes, 't' as bool; None when absent (the last entry wins when repeated),
+    ``NOT_SCALAR`` for other types, ``UNREADABLE`` when the table cannot be scanned."""
+    key = bytes((len(name),)) + name
+    try:
+        span = headers_span(raw)
+        if span is None or key not in raw:
+            return None
+        value = None
+        for entry in field_entries(raw, *span):
+            if entry is None:
+                return UNREADABLE
+            pos, tpos, vend = entry
+            if raw[pos:tpos] != key:
+                continue
+            kind = raw[tpos]
+            if kind in _FIELD_NUMBER:
+                value = _FIELD_NUMBER[kind].unpack_from(raw, tpos + 1)[0]
+            elif kind == 68:  # 'D': scale octet, signed 32-bit unscaled value
+                value = Decimal(int.from_bytes(raw[tpos + 2:tpos + 6], "big", signed=True)) \
+                    .scaleb(-raw[tpos + 1])
+            elif kind == 83:  # 'S'
+                value = bytes(raw[tpos + 5:vend])
+            elif kind == 116:  # 't'
+                value = bool(raw[tpos + 1])
+            else:
+                value = NOT_SCALAR
+        return value
+    except (IndexError, struct.error):
+        return UNREADABLE
+
+
+def replace_int_header(raw: bytes, name: bytes, value: int) -> bytes:
+    """Raw properties with every ``name`` header's value replaced by the integer ``value`` ('I'
+    when it fits 32 bits, else 'l'); every other byte, and so every other header's wire type, is
+    kept. The properties come back unchanged when the table cannot be scanned."""
+    if value >= -(2 ** 31) and value < 2 ** 31:
+        new_value = b"I" + struct.pack(">i", value)
+    else:
+        new_value = b"l" + struct.pack(">q", value)
+    key = bytes((len(name),)) + name
+    try:
+        span = headers_span(raw)
+        if span is None:
+            return raw
+        start, end = span
+        out = bytearray()
+        for entry in field_entries(raw, start, end):
+            if entry is None:
+                return raw  # a type we cannot skip: leave the properties alone
+            pos, tpos, vend = entry
+            if raw[pos:tpos] == key:
+                out += raw[pos:tpos] + new_value
+            else:
+                out += raw[pos:vend]
+    except IndexError:
+        return raw
+    return raw[:start - 4] + len(out).to_bytes(4, "big") + bytes(out) + raw[end:]

@@ -1,1 +1,13 @@
-"""queue_types"""
+"""Queue types behind one interface (``core/queue.QueueType``), registered by their
+``x-queue-type`` name: ``classic`` (also what no type means) and ``stream``."""
+
+from exchange_broker.core.queue import QueueType
+from exchange_broker.queue_types.classic import ClassicQueue
+from exchange_broker.queue_types.stream import StreamQueue
+
+QUEUE_TYPES: dict[str, type[QueueType]] = {
+    "classic": ClassicQueue,
+    "stream": StreamQueue,
+}
+
+__all__ = ["QUEUE_TYPES", "ClassicQueue", "StreamQueue"]

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Callable, Iterable
 
 from exchange_broker.core.message import Message
-from exchange_broker.core.queue_args import QueueOptions
+from exchange_broker.core.ports import Consumer
+from exchange_broker.core.queue import QueueType
+from exchange_broker.core.queue_args import QueueOptions, parse_queue_arguments
 from exchange_broker.queue_types.ready import PriorityReady, ReadyDeque
-
-if TYPE_CHECKING:
-    from exchange_broker.core.broker import Broker
-    from exchange_broker.connection.consumer import Consumer
-
 
 FLOW_HIGH = 8000   # ready messages with starved consumers before publishers are paused
 FLOW_LOW = 2000
@@ -29,33 +26,19 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Queue:
-    is_stream = False  # StreamQueue (exchange_broker/stream.py) overrides
+class ClassicQueue(QueueType):
+    queue_type = "classic"
+    pages_to_store = True
 
-    def __init__(self, vhost: str, name: str, durable: bool = False, exclusive_owner: object = None,
-                 auto_delete: bool = False, arguments: dict | None = None,
-                 options: QueueOptions | None = None) -> None:
-        self.vhost = vhost
-        self.name = name
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner
-        self.auto_delete = auto_delete
-        self.arguments = arguments or {}
-        self.options = options or QueueOptions()
+    def __init__(self, broker, vhost: str, name: str, durable: bool = False,
+                 exclusive_owner: object = None, auto_delete: bool = False,
+                 arguments: dict | None = None, options: QueueOptions | None = None) -> None:
+        super().__init__(broker, vhost, name, durable, exclusive_owner, auto_delete, arguments,
+                         options)
         opts = self.options
         self.ready = PriorityReady(opts.max_priority) if opts.max_priority else ReadyDeque()
-        self.bytes = 0  # body bytes of every ready message (in memory, paged or held)
         self.consumers: "ReadyDeque[Consumer]" = ReadyDeque()
         self.consumer_priorities = False
-        self.unacked = 0
-        self.next_seq = 1
-        self.had_consumer = False
-        self.deleted = False
-        self.store_id: int | None = None  # row id in the durable store
-        self.broker: "Broker | None" = None
-        self.on_empty_consumers: Callable[["Queue"], None] | None = None
-        self.stats_published = 0
-        self.stats_delivered = 0
         self._dispatching = False
         # TTL / expiry timers
         self.has_ttl = opts.message_ttl is not None
@@ -68,22 +51,28 @@ class Queue:
         self.paged = 0           # committed rows in the store, not in memory, seq > page_cursor
         self.page_cursor = 0
         self.held: ReadyDeque = ReadyDeque()
-        self.refill: Callable[["Queue"], None] | None = None
+        self.refill: Callable[["ClassicQueue"], None] | None = None
         self.refilling = False
         self.page_epoch = 0
-        # credit flow: publishers whose reading is paused until this queue drains
-        self.flow_blocked: set = set()
-        # basic.get requests waiting for a refill: (session, channel, method)
-        self.waiting_gets: list = []
+
+    @classmethod
+    def declare(cls, broker, vhost, name: str, durable: bool, owner, auto_delete: bool,
+                arguments: dict) -> "ClassicQueue":
+        options = parse_queue_arguments(arguments, vhost.describe("queue", name))
+        return cls(broker, vhost.name, name, durable, owner, auto_delete, arguments, options)
 
     # -- state ---------------------------------------------------------------------------------
     @property
-    def exclusive(self) -> bool:
-        return self.exclusive_owner is not None
-
-    @property
     def message_count(self) -> int:
         return len(self.ready) + self.paged + len(self.held)
+
+    @property
+    def wants_dispatch(self) -> bool:
+        return bool(self.ready) and not self.deleted
+
+    @property
+    def get_pending(self) -> bool:
+        return bool(self.paged) and self.refill is not None
 
     @property
     def pageable(self) -> bool:
@@ -91,7 +80,21 @@ class Queue:
         (a length limit already bounds them)."""
         return not (self.options.max_priority or self.options.limited)
 
-    # -- admission (before the store sees the message) ---------------------------------------------
+    # -- publishing ----------------------------------------------------------------------------------
+    def enqueue(self, m: Message, publisher, per_message_ttl: int | None):
+        if not self.admit(m, per_message_ttl):
+            return None
+        m.seq = self.next_seq
+        self.next_seq += 1
+        m.queue = self
+        waiter = None
+        if m.persistent and self.store_id is not None:
+            waiter = self.broker.durability.append(self, m)
+        self.push(m)
+        if publisher is not None and len(self.ready) > FLOW_HIGH and self.congested():
+            publisher.throttle(self)
+        return waiter
+
     def admit(self, msg: Message, per_message_ttl: int | None) -> bool:
         """Stamp TTL, apply deduplication and reject-publish overflow. False: not enqueued here
         (``msg.rejected`` tells whether the publisher must be nacked)."""
@@ -109,7 +112,7 @@ class Queue:
             if (opts.max_length is not None and self.message_count >= opts.max_length) or \
                     (opts.max_length_bytes is not None and self.bytes + len(msg.body) > opts.max_length_bytes):
                 msg.rejected = True
-                if opts.overflow == "reject-publish-dlx" and self.broker is not None:
+                if opts.overflow == "reject-publish-dlx":
                     msg.queue = self
                     self.broker.dead_letter(self, msg, "maxlen", settle=False)
                 return False  # refused: not remembered, so the producer's retry is not a duplicate
@@ -173,8 +176,7 @@ class Queue:
     def _discard(self, msg: Message, reason: str) -> None:
         """A ready message leaves without delivery: expired or dropped by a length limit."""
         self.bytes -= len(msg.body)
-        if self.broker is not None:
-            self.broker.dead_letter(self, msg, reason)
+        self.broker.dead_letter(self, msg, reason)
 
     def requeue(self, msgs: Iterable[Message]) -> None:
         """Put messages back in their original position (by sequence), marked redelivered."""
@@ -198,7 +200,7 @@ class Queue:
         self.bytes = 0
         self.page_epoch += 1
         self.refilling = False
-        if self.waiting_gets and self.broker is not None:
+        if self.waiting_gets:
             self.broker.call_later(0, self.answer_waiting_gets)  # now empty: get-empty for them
         return purged
 
@@ -230,7 +232,7 @@ class Queue:
             self._discard(ready.popleft(), "expired")
 
     def _arm_expiry(self) -> None:
-        if not self.ready or self.broker is None or self.deleted:
+        if not self.ready or self.deleted:
             return
         exp = self.ready[0].expires_ms
         if exp is None:
@@ -255,7 +257,7 @@ class Queue:
     def touch(self) -> None:
         """Declared, consumed from or polled: restart the x-expires countdown."""
         expires = self.options.expires
-        if expires is None or self.broker is None or self.deleted:
+        if expires is None or self.deleted:
             return
         if self._expires_handle is not None:
             self._expires_handle.cancel()
@@ -265,7 +267,7 @@ class Queue:
 
     def _expires_fired(self) -> None:
         self._expires_handle = None
-        if not self.deleted and not self.consumers and self.broker is not None:
+        if not self.deleted and not self.consumers:
             self.broker.expire_queue(self)
 
     def cancel_timers(self) -> None:
@@ -273,6 +275,9 @@ class Queue:
             if h is not None:
                 h.cancel()
         self._expiry_handle = self._expires_handle = None
+
+    def on_deleted(self) -> None:
+        self.ready.clear()
 
     # -- paging ----------------------------------------------------------------------------------
     def evict(self) -> None:
@@ -306,11 +311,6 @@ class Queue:
         finally:
             self.answer_waiting_gets()
 
-    def answer_waiting_gets(self) -> None:
-        waiting, self.waiting_gets = self.waiting_gets, []
-        for session, ch, method in waiting:
-            session.retry_get(ch, method)
-
     def _refilled(self, msgs: list, epoch: int) -> None:
         self.refilling = False
         if epoch != self.page_epoch or self.deleted:
@@ -338,7 +338,7 @@ class Queue:
             self.refill(self)
 
     # -- consumers -----------------------------------------------------------------------------
-    def add_consumer(self, consumer: "Consumer") -> None:
+    def add_consumer(self, consumer: Consumer) -> None:
         self.had_consumer = True
         if self._expires_handle is not None:
             self._expires_handle.cancel()
@@ -356,7 +356,7 @@ class Queue:
             self.consumers.append(consumer)
         self.dispatch()
 
-    def remove_consumer(self, consumer: "Consumer") -> None:
+    def remove_consumer(self, consumer: Consumer) -> None:
         try:
             self.consumers.remove(consumer)
         except ValueError:
@@ -371,11 +371,11 @@ class Queue:
                 self.on_empty_consumers(self)
 
     @property
-    def active_consumer(self) -> "Consumer | None":
+    def active_consumer(self) -> Consumer | None:
         """With x-single-active-consumer, the one consumer that receives messages."""
         return self.consumers[0] if self.consumers else None
 
-    def _pick(self) -> "Consumer | None":
+    def _pick(self) -> Consumer | None:
         consumers = self.consumers
         if self.options.single_active_consumer:
             c = consumers[0]
@@ -419,7 +419,7 @@ class Queue:
                     continue
                 self.bytes -= len(msg.body)
                 self.stats_delivered += 1
-                c.channel.deliver(c, msg)
+                c.deliver(msg)
         finally:
             self._dispatching = False
             if self.paged:
@@ -433,9 +433,14 @@ class Queue:
         """Backed up because consumers' connections cannot take more (not because of prefetch)."""
         if len(self.ready) <= FLOW_HIGH or not self.consumers:
             return False
-        return any(not c.channel.session.writable for c in self.consumers)
+        return any(c.blocked_by_socket() for c in self.consumers)
 
-    def release_publishers(self) -> None:
-        blocked, self.flow_blocked = self.flow_blocked, set()
-        for session in blocked:
-            session.unthrottle(self)
+    # -- recovery ------------------------------------------------------------------------------------
+    def restore(self, durability, row: dict, window: int) -> bool:
+        self.next_seq = (row["max_seq"] or 0) + 1
+        self.paged = row["message_count"] or 0
+        self.page_cursor = (row["min_seq"] or 1) - 1
+        if self.paged:
+            self.bytes = durability.store.queue_stats(self.store_id)[1]
+        durability.attach(self, window)
+        return bool(self.paged)

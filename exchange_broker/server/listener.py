@@ -1,4 +1,5 @@
-"""The asyncio edge: listeners, transports, heartbeats, back-pressure, graceful shutdown."""
+"""The asyncio edge: listeners (AMQP and AMQPS), transports, heartbeats, back-pressure,
+graceful shutdown. The settings arrive as arguments (``app.py`` takes them from ``Config``)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,19 @@ import asyncio
 import logging
 import signal
 import time
+from typing import TYPE_CHECKING
 
-from exchange_broker.core.broker import Broker
-from exchange_broker.protocol.constants import CONNECTION_FORCED
 from exchange_broker.connection.session import Session
+from exchange_broker.protocol.constants import CONNECTION_FORCED
+
+if TYPE_CHECKING:
+    from exchange_broker.core.broker import Broker
+    from exchange_broker.server.resources import ResourceMonitor
+    from exchange_broker.server.tls import TLSConfig
 
 log = logging.getLogger("exchange_broker.server")
 
-WRITE_HIGH_WATER = 4 * 1024 * 1024
-HANDSHAKE_TIMEOUT = 10.0
+WRITE_HIGH_WATER = 4 * 1024 * 1024  # transport buffer above which a session stops writing deliveries
 
 
 class AMQPProtocol(asyncio.Protocol):
@@ -99,40 +104,46 @@ class AMQPProtocol(asyncio.Protocol):
 
 
 class BrokerServer:
-    def __init__(self, broker: Broker, host: str = "0.0.0.0", port: int = 5672, *,
-                 limits: dict | None = None, handshake_timeout: float = HANDSHAKE_TIMEOUT,
-                 tls=None) -> None:
+    """The AMQP listener, and the AMQPS one when ``tls`` is given, serving one broker."""
+
+    def __init__(self, broker: "Broker", host: str, port: int, *, handshake_timeout: float,
+                 limits: dict | None = None, tls: "TLSConfig | None" = None,
+                 monitor: "ResourceMonitor | None" = None) -> None:
         self.broker = broker
-        self.tls = tls  # tls.TLSConfig: an amqps listener besides the plain one
-        self._tls_server: asyncio.base_events.Server | None = None
+        self.tls = tls  # an amqps listener besides the plain one
         self.host = host
         self.port = port
         self.limits = limits or {}
         self.handshake_timeout = handshake_timeout
         self.protocols: set[AMQPProtocol] = set()
-        self.monitor = None  # ResourceMonitor, checked every tick
+        self.monitor = monitor  # resource alarms, checked every tick
         self._server: asyncio.base_events.Server | None = None
+        self._tls_server: asyncio.base_events.Server | None = None
+        self._tls_port = 0
         self._ticker: asyncio.Task | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        loop = self.loop
-        self.broker.schedule_flush = lambda: loop.call_soon(self.broker.flush)
-        self.broker._call_later = loop.call_later
+        self.loop = loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: AMQPProtocol(self), self.host, self.port,
                                                 reuse_address=True, backlog=1024)
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+        self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = loop.create_task(self._tick())
         log.info("AMQP listener on %s:%d", self.host, self.port)
         if self.tls is not None:
-            from exchange_broker.server.tls import start_listener
-            self._tls_server = await start_listener(self, self.tls)
+            await self._start_tls(self.tls)
+
+    async def _start_tls(self, tls: "TLSConfig") -> None:
+        """The amqps listener: same protocol, sessions and limits as plain AMQP."""
+        self._tls_server = await self.loop.create_server(
+            lambda: AMQPProtocol(self), self.host, tls.port, ssl=tls.server_context(), reuse_address=True,
+            backlog=1024, ssl_handshake_timeout=max(1.0, float(self.handshake_timeout)))
+        self._tls_port = self._tls_server.sockets[0].getsockname()[1]
+        log.info("AMQPS listener on %s:%d (client certificates: %s)", self.host, self._tls_port, tls.describe())
 
     @property
     def tls_port(self) -> int:
-        return self.tls.port if self._tls_server is not None else 0
+        return self._tls_port if self._tls_server is not None else 0
 
     async def _tick(self) -> None:
         while True:
@@ -159,7 +170,7 @@ class BrokerServer:
         for proto in list(self.protocols):
             if proto.session is not None and proto.session.conn.state == "opened":
                 proto.session.server_close(CONNECTION_FORCED, "broker shutdown")
-        self.broker.flush()
+        await asyncio.sleep(0)  # the sessions' flushes (scheduled on the loop) send those closes
         deadline = time.monotonic() + grace
         while self.protocols and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-
-from exchange_broker.core.broker import Broker
+from typing import Protocol
 
 DEFAULT_MEMORY_FRACTION = 0.4           # RabbitMQ's vm_memory_high_watermark
 DEFAULT_DISK_FREE_LIMIT = 50 * 1024 ** 2  # RabbitMQ's disk_free_limit (50 MB)
@@ -45,8 +44,14 @@ def parse_size(text: str | float | int, *, relative_to: int = 0) -> int:
     return int(value)
 
 
+class Alarms(Protocol):
+    """What the monitor needs of the broker: raise or clear a named resource alarm."""
+
+    def set_alarm(self, name: str, on: bool, detail: str = "") -> None: ...
+
+
 class ResourceMonitor:
-    def __init__(self, broker: Broker, memory_limit: int, data_dir: str | None = None,
+    def __init__(self, broker: Alarms, memory_limit: int, data_dir: str | None = None,
                  disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT) -> None:
         self.broker = broker
         self.memory_limit = memory_limit

@@ -341,7 +341,7 @@ def test_aliveness_whoami(api):
 
 
 def test_rates_are_sampled(api, admin_broker):
-    admin_broker.call(admin_broker.admin.service.sample)
+    admin_broker.call(admin_broker.admin.context.sample)
     api.put("/api/queues/%2F/rated")
     for _ in range(10):
         api.post("/api/exchanges/%2F/amq.default/publish", {"routing_key": "rated", "payload": "x",
@@ -357,7 +357,8 @@ def test_rates_are_sampled(api, admin_broker):
 def test_internal_error_is_a_500_and_the_broker_lives_on(api, admin_broker, monkeypatch):
     def boom(*a, **kw):
         raise RuntimeError("simulated bug")
-    monkeypatch.setattr(admin_broker.admin.service, "overview", boom)
+    from exchange_broker.management import overview
+    monkeypatch.setattr(overview, "build_overview", boom)
     status, body = api.get("/api/overview")
     assert status == 500 and body["error"] == "internal_error" and "simulated bug" in body["reason"]
     monkeypatch.undo()

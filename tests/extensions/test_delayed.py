@@ -340,17 +340,19 @@ def test_store_window_under_concurrent_publishing(tmp_path):
     store. Each arrives once, none early, in due order; every row is gone afterwards."""
     import random
 
-    from exchange_broker.core.broker import Broker
+    from exchange_broker.app import build_broker, recover
     from exchange_broker.core.delayed import DelayedExchanges
-    from exchange_broker.durability.recovery import restore
     from exchange_broker.durability.sql import SqlDurability
+    from exchange_broker.server.clock import LoopClock
     from exchange_broker.testing import ThreadedBroker
     from persistence.sql_store import SqlStore
 
     url = f"sqlite:///{tmp_path / 'broker.db'}"
     store = SqlStore(url, sqlite_synchronous="NORMAL")
     store.open()
-    b = Broker()
+    loop = asyncio.new_event_loop()
+    dur = SqlDurability(store, loop)
+    b = build_broker(LoopClock(loop), durability=dur)
     b.delayed = DelayedExchanges(b, window_ms=300, max_in_memory=60)
     released: list[int] = []  # broker-side due times, in release order
     real_release = b.delayed._release
@@ -359,17 +361,10 @@ def test_store_window_under_concurrent_publishing(tmp_path):
         released.append(e[0])
         real_release(e)
     b.delayed._release = recording_release
-    tb = ThreadedBroker(b).start()
+    tb = ThreadedBroker(b, loop=loop).start()
     engine = create_engine(url)
     try:
-        def setup():
-            dur = SqlDurability(store, tb.loop)
-            restore(b, dur, 20000)
-            b.durability = dur
-            dur.start()
-            b.delayed.attach(dur)
-            return asyncio.ensure_future(b.delayed.recover())
-        tb.call(setup)
+        tb.call(recover, b, dur, 20000)
         rng = random.Random(3)
         plan = [[(f"{p}-{i}", rng.randint(20, 1500)) for i in range(500)] for p in range(3)]
         due: dict[str, float] = {}

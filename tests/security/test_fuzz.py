@@ -32,7 +32,8 @@ from pamqp import commands
 from pamqp import frame as pframe
 from sec_helpers import Raw, wait_for
 
-from exchange_broker.core.broker import Broker
+from exchange_broker.assembly import make_broker
+from exchange_broker.core.clock import ManualClock
 from exchange_broker.connection.session import Session
 from exchange_broker.testing import ThreadedBroker
 
@@ -191,7 +192,7 @@ _HANDSHAKE = (PROTOCOL_HEADER
 
 @pytest.fixture(scope="module")
 def sansio_broker():
-    return Broker()
+    return make_broker(clock=ManualClock())
 
 
 @fuzz(150)
@@ -205,11 +206,11 @@ def test_session_in_process(sansio_broker, error_log, chunks, split):
     data = _HANDSHAKE + b"".join(chunks)
     for i in range(0, len(data), split * 97):
         sess.data_received(data[i:i + split * 97])
-        broker.flush()
+        broker.clock.advance()
         if sess.closed:
             break
     sess.connection_lost()
-    broker.flush()
+    broker.clock.advance()
     assert sess not in broker.sessions and not sess.channels and not sess.exclusive_queues
     errors = error_log.take()
     assert not errors, "\n".join(errors)

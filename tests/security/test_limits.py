@@ -125,9 +125,11 @@ def test_channel_max_counts_open_channels(good):
 def test_max_channels_per_connection_option_caps_channel_max():
     from exchange_broker.app import limits_from
     from exchange_broker.cli import build_parser
-    args = build_parser().parse_args(["serve", "--max-channels-per-connection", "16"])
+    from exchange_broker.config import Config
+    args = Config.from_namespace(build_parser().parse_args(["serve", "--max-channels-per-connection", "16"]))
     assert limits_from(args)["channel_max"] == 16
-    args = build_parser().parse_args(["serve", "--channel-max", "8", "--max-channels-per-connection", "16"])
+    args = Config.from_namespace(build_parser().parse_args(["serve", "--channel-max", "8",
+                                                            "--max-channels-per-connection", "16"]))
     assert limits_from(args)["channel_max"] == 8
 
 

@@ -25,7 +25,8 @@ from sec_helpers import PROTOCOL_HEADER, close_quietly, connect, roundtrip
 
 from exchange_broker.core.auth import (HASHING_MD5, HASHING_SHA256, HASHING_SHA512, check_password,
                                   hash_password)
-from exchange_broker.core.broker import Broker
+from exchange_broker.assembly import make_broker
+from exchange_broker.core.clock import ManualClock
 from exchange_broker.connection.session import Session
 from exchange_broker.testing import ThreadedBroker
 
@@ -362,12 +363,12 @@ def _handshake_bytes(user: str, password: str) -> bytes:
 
 def _sansio_login(peer: tuple, user: str, password: str):
     """Drive a Session (no sockets) from ``peer``; the first frame after connection.start."""
-    broker = Broker()
+    broker = make_broker(clock=ManualClock())
     broker.add_user("carol", "carol", [])
     out = []
     sess = Session(broker, out.append, lambda: None, peer)
     sess.data_received(_handshake_bytes(user, password))
-    broker.flush()
+    broker.clock.advance()
     data = b"".join(out)
     frames = []
     while data:

@@ -6,27 +6,30 @@ does (SqlStore -> SqlDurability -> recovery.restore) and serves it on an ephemer
 
 from __future__ import annotations
 
+import asyncio
+
 import pika
 import pytest
 from sec_helpers import close_quietly, connect, roundtrip
 
+from exchange_broker.app import build_broker, recover
 from exchange_broker.core.auth import HASHING_SHA512, hash_password
 from exchange_broker.core.broker import Broker
-from exchange_broker.durability.recovery import restore
 from exchange_broker.durability.sql import SqlDurability
+from exchange_broker.server.clock import LoopClock
 from exchange_broker.testing import ThreadedBroker
 
 
 class DurableBroker:
     def __init__(self, url: str) -> None:
         from persistence.sql_store import SqlStore
-        self.tb = ThreadedBroker(Broker())
+        loop = asyncio.new_event_loop()
         self.store = SqlStore(url, sqlite_synchronous="OFF")
         self.store.open()
-        self.durability = SqlDurability(self.store, self.tb.loop)
-        restore(self.tb.broker, self.durability, 1000)
-        self.tb.broker.durability = self.durability
-        self.durability.start()
+        self.durability = SqlDurability(self.store, loop)
+        broker = build_broker(LoopClock(loop), durability=self.durability)
+        recover(broker, self.durability, 1000)
+        self.tb = ThreadedBroker(broker, loop=loop)
         self.tb.start()
 
     @property

@@ -13,6 +13,8 @@ import time
 import aio_pika
 import pytest
 
+from exchange_broker.queue_types.stream import find_stream
+
 from eb_support import uniq
 from stream_helpers import STREAM, declare_stream, publish, read
 
@@ -28,7 +30,7 @@ def stream(conn):
 
 
 def _offset(broker, queue, name):
-    return broker.call(lambda: broker.broker.stream_offset("/", queue, name))
+    return broker.call(lambda: find_stream(broker.broker, "/", queue).query_offset(name))
 
 
 def _wait_offset(broker, queue, name, want, timeout=3.0):
@@ -91,19 +93,19 @@ def test_acks_after_cancel_still_count(conn, broker, stream):
 
 def test_admin_methods(conn, broker, stream):
     b = broker.broker
-    broker.call(lambda: b.set_stream_offset("/", stream, "admin-set", 6))
+    broker.call(lambda: find_stream(b, "/", stream).set_offset("admin-set", 6))
     assert _offset(broker, stream, "admin-set") == 6
     assert [o for _, o, _ in read(conn, stream, 3, name="admin-set")] == [7, 8, 9]
-    offsets = broker.call(lambda: b.stream_offsets("/", stream))
+    offsets = broker.call(lambda: dict(find_stream(b, "/", stream).offsets))
     assert offsets == {"admin-set": 9}
-    info = broker.call(lambda: b.stream_info("/", stream))
+    info = broker.call(lambda: find_stream(b, "/", stream).info())
     assert (info["first_offset"], info["next_offset"], info["messages"]) == (0, 10, 10)
     assert info["offsets"] == {"admin-set": 9}
     with pytest.raises(KeyError):
-        broker.call(lambda: b.stream_offset("/", "no-such-queue", "x"))
+        broker.call(lambda: find_stream(b, "/", "no-such-queue").query_offset("x"))
     classic = conn.channel().queue_declare("", exclusive=True).method.queue
     with pytest.raises(ValueError):
-        broker.call(lambda: b.stream_offset("/", classic, "x"))
+        broker.call(lambda: find_stream(b, "/", classic).query_offset("x"))
 
 
 def test_named_consumer_aio_pika(broker):

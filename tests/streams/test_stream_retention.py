@@ -9,13 +9,14 @@ import time
 import aio_pika
 
 from eb_support import uniq
+from exchange_broker.queue_types.stream import find_stream
 from stream_helpers import STREAM, declare_stream, publish, read
 
 BODY = b"x" * 98          # + 2 bytes of empty properties = 100 bytes a message
 
 
 def _info(broker, name):
-    return broker.call(lambda: broker.broker.stream_info("/", name))
+    return broker.call(lambda: find_stream(broker.broker, "/", name).info())
 
 
 def test_max_length_bytes_truncates_whole_segments(conn, broker):

@@ -10,7 +10,8 @@ from pamqp import commands
 
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.errors import AMQPError
-from exchange_broker.queue_types.stream import parse_interval_ms, parse_offset_spec, with_offset_header
+from exchange_broker.queue_types.stream_args import parse_interval_ms, parse_offset_spec
+from exchange_broker.queue_types.stream_delivery import with_offset_header
 from persistence.sql_store import SqlStore
 from persistence.store import StoredMessage
 

@@ -1,0 +1,225 @@
+"""Every setting of ``exchange-broker serve`` (and the store settings ``db`` uses), once.
+
+:class:`Config` holds each setting with its default; the command line's ``serve`` (and ``db``)
+options are generated from its fields (:func:`add_arguments`), so a setting, its flag
+(``--frame-max``), its environment variable (``EXCHANGE_BROKER_FRAME_MAX``) and its help text are
+declared in one place. The CLI builds one Config and hands it to the application, which passes
+the parts each component needs (limits to sessions, TLS to the listener, ...) down.
+
+A Config validates itself when it is made (a ``ValueError`` whose message names the flag) and
+derives what the components need: :attr:`Config.limits` (what ``connection.tune`` offers),
+:attr:`Config.store_url`, :attr:`Config.tls`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping
+
+from exchange_broker.protocol.constants import (CHANNEL_MAX_DEFAULT, FRAME_MAX_DEFAULT, FRAME_MIN_SIZE,
+                                                HEARTBEAT_DEFAULT, MAX_MESSAGE_SIZE_DEFAULT)
+from exchange_broker.server.resources import parse_size
+from exchange_broker.server.tls import DEFAULT_TLS_PORT, TLSConfig
+
+ENV_PREFIX = "EXCHANGE_BROKER_"
+TRUE_WORDS = ("1", "true", "yes")  # what a boolean environment variable must say to mean "on"
+DEFAULT_DATA_DIR = os.path.join("~", ".local", "share", "exchange-broker")
+SERVE, DB = "serve", "db"
+
+
+def setting(default: Any, help: str, *, group: str, type: Callable | None = None,
+            choices: tuple | None = None, commands: tuple[str, ...] = (SERVE,),
+            default_text: str | None = None) -> Any:
+    """A Config field: its default plus what the command line needs to offer it.
+
+    The flag is ``--<name-with-dashes>``; the environment variable ``EXCHANGE_BROKER_<NAME>``;
+    ``type`` defaults to the default's type (``str`` when it is None); a ``bool`` is a switch."""
+    kind = type or (str if default is None else default.__class__)
+    return field(default=default, metadata={
+        "help": help, "group": group, "type": kind, "choices": choices, "commands": commands,
+        "default_text": default_text})
+
+
+@dataclass
+class Config:
+    # -- listeners --------------------------------------------------------------------------------
+    host: str = setting("0.0.0.0", "listen address", group="listeners")
+    port: int = setting(5672, "AMQP port (0 picks a free port)", group="listeners")
+    port_file: str | None = setting(
+        None, "write the bound AMQP port to this file once listening (for tests/scripts)",
+        group="listeners", default_text="none")
+    handshake_timeout: float = setting(
+        10.0, "seconds a socket may take to finish the TLS and AMQP handshakes", group="listeners")
+    # -- connection.tune and limits -----------------------------------------------------------------
+    heartbeat: int = setting(HEARTBEAT_DEFAULT,
+                             "heartbeat interval offered to clients in seconds (0 disables)", group="limits")
+    frame_max: int = setting(FRAME_MAX_DEFAULT, "largest frame offered to clients, in bytes", group="limits")
+    channel_max: int = setting(CHANNEL_MAX_DEFAULT, "channels offered to clients", group="limits")
+    max_message_size: int = setting(MAX_MESSAGE_SIZE_DEFAULT,
+                                    "larger publishes are refused with 406 PRECONDITION_FAILED", group="limits",
+                                    default_text=f"{MAX_MESSAGE_SIZE_DEFAULT} (128 MiB)")
+    max_connections: int = setting(0, "open AMQP connections allowed; more are refused with 530 (0: no limit)",
+                                   group="limits")
+    max_channels_per_connection: int = setting(
+        0, "channels a connection may open (caps the channel_max offered; 0: --channel-max)", group="limits")
+    consumer_timeout: int = setting(
+        1_800_000, "ms a delivery may stay unacknowledged before its channel is closed (406); 0 disables",
+        group="limits")
+    # -- TLS ------------------------------------------------------------------------------------------
+    tls_port: int = setting(DEFAULT_TLS_PORT, "amqps port, when --tls-cert and --tls-key are given "
+                                              "(0 picks a free port)", group="TLS")
+    tls_cert: str | None = setting(None, "server certificate (PEM; may hold the chain); turns on amqps and "
+                                         "admin HTTPS", group="TLS", default_text="none")
+    tls_key: str | None = setting(None, "private key (PEM)", group="TLS", default_text="none")
+    tls_key_password: str | None = setting(None, "password of an encrypted private key", group="TLS",
+                                           default_text="none")
+    tls_ca: str | None = setting(None, "CA bundle (PEM) client certificates are verified against",
+                                 group="TLS", default_text="none")
+    tls_verify_peer: bool = setting(False, "verify client certificates (RabbitMQ's verify_peer); needs --tls-ca",
+                                    group="TLS")
+    tls_fail_if_no_peer_cert: bool = setting(
+        False, "refuse clients that send no certificate (implies --tls-verify-peer)", group="TLS")
+    no_admin_tls: bool = setting(False, "serve the admin API over plain HTTP even when TLS is configured",
+                                 group="TLS")
+    # -- store ------------------------------------------------------------------------------------------
+    data_dir: str = setting(DEFAULT_DATA_DIR, "directory of the embedded SQLite store", group="store",
+                            commands=(SERVE, DB))
+    database_url: str | None = setting(
+        None, "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db; overrides --data-dir", group="store",
+        commands=(SERVE, DB), default_text="none")
+    sqlite_synchronous: str = setting("FULL", "SQLite PRAGMA synchronous (FULL: every commit is fsynced)",
+                                      group="store", choices=("FULL", "NORMAL", "OFF"), commands=(SERVE, DB))
+    in_memory: bool = setting(False, "keep nothing on disk (no SQL store)", group="store")
+    queue_window: int = setting(20000, "messages a durable queue keeps in memory before paging to the store",
+                                group="store")
+    # -- resource alarms ----------------------------------------------------------------------------------
+    memory_high_watermark: str = setting(
+        "0.4", "block publishers above this resident memory: a fraction of RAM (0.4) or a size (512MiB); "
+               "0 disables", group="resource alarms")
+    disk_free_limit: str = setting(
+        "50MB", "block publishers when the data directory's disk has less free space; 0 disables",
+        group="resource alarms")
+    # -- admin API and logging ------------------------------------------------------------------------
+    admin_port: int = setting(15672, "admin HTTP API port (0 turns it off)", group="admin API")
+    admin_host: str | None = setting(None, "admin HTTP API listen address", group="admin API",
+                                     default_text="--host")
+    log_level: str = setting("INFO", "logging level (DEBUG, INFO, WARNING, ERROR)", group="logging",
+                             commands=(SERVE, DB))
+
+    def __post_init__(self) -> None:
+        for name in ("port", "tls_port", "admin_port"):
+            _check(self, name, 0, 65535, "a port number")
+        for name in ("heartbeat", "channel_max"):  # AMQP short fields in connection.tune
+            _check(self, name, 0, 65535, "a whole number")
+        for name in ("max_message_size", "max_connections", "max_channels_per_connection",
+                     "consumer_timeout", "queue_window", "handshake_timeout"):
+            _check(self, name, 0, None, "a number")
+        _check(self, "frame_max", FRAME_MIN_SIZE, 2 ** 32 - 1, "a frame size")
+        for f in fields(self):
+            choices = f.metadata["choices"]
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(f"{flag_of(f.name)} must be one of {', '.join(choices)}, "
+                                 f"not {getattr(self, f.name)!r}")
+        for name in ("memory_high_watermark", "disk_free_limit"):
+            try:
+                parse_size(getattr(self, name), relative_to=1)
+            except ValueError:
+                raise ValueError(f"{flag_of(name)} must be a fraction (0.4) or a size (512MiB, 50MB), "
+                                 f"not {getattr(self, name)!r}") from None
+        self.tls  # noqa: B018 - TLS needs a certificate and a key; verify-peer needs a CA
+
+    # -- derived ------------------------------------------------------------------------------------
+    @property
+    def limits(self) -> dict:
+        """What each connection offers in connection.tune, and the largest message it accepts."""
+        channel_max = self.channel_max
+        per_conn = self.max_channels_per_connection  # caps the channel_max offered
+        if per_conn and (not channel_max or per_conn < channel_max):
+            channel_max = per_conn
+        return {"heartbeat": self.heartbeat, "frame_max": self.frame_max, "channel_max": channel_max,
+                "max_message_size": self.max_message_size}
+
+    @property
+    def data_path(self) -> str:
+        """The data directory, absolute."""
+        return os.path.abspath(os.path.expanduser(self.data_dir))
+
+    @property
+    def store_url(self) -> str:
+        """The SQLAlchemy URL of the store: --database-url, else broker.db in the data directory."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{os.path.join(self.data_path, 'broker.db')}"
+
+    @property
+    def disk_watch_dir(self) -> str | None:
+        """The directory whose free space the disk alarm watches (None: nothing on a local disk)."""
+        return None if self.in_memory or self.database_url else self.data_path
+
+    @property
+    def admin_listen_host(self) -> str:
+        return self.admin_host or self.host
+
+    @property
+    def tls(self) -> TLSConfig | None:
+        """The amqps listener's settings (None: no certificate, no TLS)."""
+        cert, key = self.tls_cert, self.tls_key
+        if not cert and not key:
+            return None
+        if not (cert and key):
+            raise ValueError("TLS needs both --tls-cert and --tls-key")
+        return TLSConfig(cert, key, self.tls_ca, bool(self.tls_verify_peer), bool(self.tls_fail_if_no_peer_cert),
+                         self.tls_key_password, self.tls_port)
+
+    @classmethod
+    def from_namespace(cls, args: argparse.Namespace) -> "Config":
+        """The Config of parsed ``serve`` (or ``db``) options; settings a command lacks keep their default."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
+
+
+def _check(config: Config, name: str, low: float, high: float | None, what: str) -> None:
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or \
+            (high is not None and value > high):
+        bound = f"{low}-{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{flag_of(name)} must be {what} ({bound}), not {value!r}")
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def env_of(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+# -- the command line, generated from the fields ------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser, command: str = SERVE,
+                  environ: Mapping[str, str] | None = None) -> None:
+    """Add the options of ``command`` ("serve" or "db") to ``parser``, one per Config field.
+
+    An option's default is its environment variable when that is set (checked and converted like
+    the option itself), else the field's default."""
+    environ = os.environ if environ is None else environ
+    groups: dict[str, Any] = {}
+    for f in fields(Config):
+        meta = f.metadata
+        if command not in meta["commands"]:
+            continue
+        group = groups.get(meta["group"])
+        if group is None:
+            group = groups[meta["group"]] = parser.add_argument_group(meta["group"])
+        env = env_of(f.name)
+        raw = environ.get(env)
+        shown = meta["default_text"] or ({True: "on", False: "off"}.get(f.default, f.default)
+                                         if isinstance(f.default, bool) else f.default)
+        help_text = f"{meta['help']} [env {env}, default {shown}]".replace("%", "%%")
+        if meta["type"] is bool:
+            default = f.default if raw is None else raw in TRUE_WORDS
+            group.add_argument(flag_of(f.name), action="store_true", default=default, help=help_text)
+        else:
+            # a string default (the environment's) is converted by argparse with ``type``
+            group.add_argument(flag_of(f.name), type=meta["type"], choices=meta["choices"],
+                               default=f.default if raw is None else raw, help=help_text)

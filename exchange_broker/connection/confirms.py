@@ -1,0 +1,66 @@
+"""Publisher confirms (confirm.select, then basic.ack/nack per publish), a part of :class:`Channel`.
+
+A publish is confirmed once every queue it reached has it stored (its durability waiter fired);
+confirms go out in order, acks coalesced into one ``multiple`` ack per flush, a nack at once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from pamqp import commands
+
+from exchange_broker.protocol import codec
+from exchange_broker.protocol.constants import PRECONDITION_FAILED
+from exchange_broker.protocol.errors import AMQPError
+
+
+class ConfirmMethods:
+    """Mixed into Channel: uses its ``session``, ``number``, ``closed``, ``tx`` and ``reply``."""
+
+    confirm = False
+
+    def _confirm_init(self) -> None:
+        self.publish_seq = 0
+        self.unconfirmed: deque[list] = deque()   # [seq, state] state: 0 pending, 1 ack, 2 nack
+        self.ack_upto = 0                          # confirmed contiguously, not yet sent
+
+    def _confirm_select(self, m) -> None:
+        if self.tx:
+            raise AMQPError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode", 85, 10,
+                            hard=False)
+        self.confirm = True
+        if not m.nowait:
+            self.reply(commands.Confirm.SelectOk())
+
+    def _confirm_enqueue(self, seq: int, state: int) -> None:
+        if not self.unconfirmed and state == 1:
+            self.ack_upto = seq
+            self.session.want_confirm_flush(self)
+        else:
+            self.unconfirmed.append([seq, state])
+            self._drain_confirms()
+
+    def _confirmed(self, entry: list, ok: bool) -> None:
+        entry[1] = 1 if ok else 2
+        self._drain_confirms()
+
+    def _drain_confirms(self) -> None:
+        unconfirmed = self.unconfirmed
+        conn = self.session.conn
+        while unconfirmed and unconfirmed[0][1]:
+            seq, state = unconfirmed.popleft()
+            if state == 1:
+                self.ack_upto = seq
+            else:
+                self.flush_confirms()
+                conn.send_raw(codec.nack_frame(self.number, seq, False))
+        if self.ack_upto:
+            self.session.want_confirm_flush(self)
+        self.session.mark_dirty()
+
+    def flush_confirms(self) -> None:
+        if self.ack_upto and not self.closed:
+            self.session.conn.send_raw(codec.ack_frame(self.number, self.ack_upto, True))
+            self.session.mark_dirty()
+        self.ack_upto = 0

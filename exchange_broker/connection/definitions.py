@@ -1,0 +1,152 @@
+"""The channel's definition methods (exchange.* and queue.*), a part of :class:`Channel`.
+
+Each checks the permission RabbitMQ's table asks for (``core/permissions.py``), lets the vhost
+act, and replies. A reply that promises a stored definition (declare-ok, bind-ok, ...) is held
+until the durability has committed the definition, as RabbitMQ does: a crash right after the
+reply cannot lose it.
+"""
+
+from __future__ import annotations
+
+from pamqp import commands
+
+from exchange_broker.core import permissions as perms
+from exchange_broker.core.names import generated
+from exchange_broker.core.reply_to import PSEUDO_QUEUE
+from exchange_broker.protocol import codec
+from exchange_broker.protocol.constants import INTERNAL_ERROR, NOT_FOUND
+from exchange_broker.protocol.errors import AMQPError
+
+Q, E = commands.Queue, commands.Exchange
+
+# replies that promise a stored definition (sent once the definition write has committed)
+DEFINITION_REPLIES = frozenset({E.DeclareOk, E.DeleteOk, E.BindOk, E.UnbindOk, Q.DeclareOk,
+                                Q.BindOk, Q.UnbindOk, Q.PurgeOk, Q.DeleteOk})
+
+
+class DefinitionMethods:
+    """Mixed into Channel: uses its ``session``, ``number`` and ``closed``."""
+
+    last_queue: str | None = None   # the queue "" means in queue.bind & co.
+
+    # -- replies ----------------------------------------------------------------------------------
+    def reply(self, method) -> None:
+        if type(method) in DEFINITION_REPLIES and \
+                self._defer_reply(method, method.index >> 16, (method.index & 0xFFFF) - 1):
+            return
+        self.session.conn.send_method(self.number, method)
+
+    def _defer_reply(self, reply, class_id: int, method_id: int) -> bool:
+        """Hold a definition reply (a method, or raw frame bytes) until the definition is stored."""
+        pending = self.session.broker.durability.pending_definition
+        if pending is None or pending.done:
+            return False
+        pending.add(self._definition_stored, (reply, class_id, method_id))
+        return True
+
+    def _definition_stored(self, arg: tuple, ok: bool) -> None:
+        reply, class_id, method_id = arg
+        sess = self.session
+        if self.closed or sess.closed:
+            return
+        if not ok:
+            sess.channel_error(self.number, AMQPError(
+                INTERNAL_ERROR, "could not store the definition", class_id, method_id, hard=True))
+        elif isinstance(reply, (bytes, bytearray)):
+            sess.conn.send_raw(reply)
+        else:
+            sess.conn.send_method(self.number, reply)
+        sess.mark_dirty()
+
+    def queue_name(self, name: str, cid: int, mid: int) -> str:
+        """"" means the last queue declared on this channel (404 when there is none)."""
+        if name == "":
+            if self.last_queue is None:
+                raise AMQPError(NOT_FOUND, "no previously declared queue", cid, mid, hard=False)
+            return self.last_queue
+        return name
+
+    # -- exchange.* ---------------------------------------------------------------------------------
+    def _exchange_declare(self, m) -> None:
+        sess = self.session
+        perms.exchange_declare(sess, m)
+        sess.vhost.declare_exchange(m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete,
+                                    m.internal, m.arguments)
+        if not m.nowait:
+            self.reply(E.DeclareOk())
+
+    def _exchange_delete(self, m) -> None:
+        perms.exchange_delete(self.session, m.exchange)
+        self.session.vhost.delete_exchange(m.exchange, m.if_unused)
+        if not m.nowait:
+            self.reply(E.DeleteOk())
+
+    def _exchange_bind(self, m) -> None:
+        sess = self.session
+        perms.binding(sess, "exchange", m.destination, m.source)
+        sess.vhost.bind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 30, sess)
+        if not m.nowait:
+            self.reply(E.BindOk())
+
+    def _exchange_unbind(self, m) -> None:
+        sess = self.session
+        perms.binding(sess, "exchange", m.destination, m.source)
+        sess.vhost.unbind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 40,
+                          sess)
+        if not m.nowait:
+            self.reply(E.UnbindOk())
+
+    # -- queue.* ------------------------------------------------------------------------------------
+    def _queue_declare(self, m) -> None:
+        sess = self.session
+        if m.queue == PSEUDO_QUEUE and m.passive:
+            if not m.nowait:
+                self.reply(Q.DeclareOk(PSEUDO_QUEUE, 0, 0))
+            return
+        server_name = None
+        if not m.passive:
+            server_name = generated("amq.gen-") if m.queue == "" else None
+            if server_name or not m.queue.startswith("amq."):  # reserved-prefix 403 comes first
+                perms.queue_declare(sess, server_name or m.queue, m.arguments)
+        q = sess.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive, m.auto_delete,
+                                     m.arguments, owner=sess, server_name=server_name)
+        self.last_queue = q.name
+        if not m.nowait:
+            frame = codec.queue_declare_ok_frame(self.number, q.name, q.message_count,
+                                                 len(q.consumers))
+            if not self._defer_reply(frame, 50, 10):  # a durable queue: once it is stored
+                sess.conn.send_raw(frame)
+
+    def _queue_bind(self, m) -> None:
+        sess = self.session
+        rk = m.routing_key
+        name = self.queue_name(m.queue, 50, 20)
+        if m.queue == "" and rk == "":
+            rk = name
+        perms.binding(sess, "queue", name, m.exchange)
+        sess.vhost.bind(m.exchange, "queue", name, rk, m.arguments, 50, 20, sess)
+        if not m.nowait:
+            self.reply(Q.BindOk())
+
+    def _queue_unbind(self, m) -> None:
+        sess = self.session
+        name = self.queue_name(m.queue, 50, 50)
+        perms.binding(sess, "queue", name, m.exchange)
+        sess.vhost.unbind(m.exchange, "queue", name, m.routing_key, m.arguments, 50, 50, sess)
+        self.reply(Q.UnbindOk())
+
+    def _queue_purge(self, m) -> None:
+        sess = self.session
+        name = self.queue_name(m.queue, 50, 30)
+        perms.check(sess, perms.READ, "queue", name)
+        count = sess.vhost.purge_queue(name, sess)
+        if not m.nowait:
+            self.reply(Q.PurgeOk(count))
+
+    def _queue_delete(self, m) -> None:
+        sess = self.session
+        name = self.queue_name(m.queue, 50, 40)
+        perms.check(sess, perms.CONFIGURE, "queue", name)
+        count = sess.vhost.delete_queue(name, m.if_unused, m.if_empty, sess)
+        if not m.nowait:
+            self.reply(Q.DeleteOk(count))

@@ -1,0 +1,81 @@
+"""The channel's transaction methods (tx.select, tx.commit, tx.rollback), a part of :class:`Channel`.
+
+In a transactional channel publishes and acknowledgements are buffered; tx.commit applies them and
+answers commit-ok only once every persistent message of the transaction is stored.
+"""
+
+from __future__ import annotations
+
+from pamqp import commands
+
+from exchange_broker.protocol.constants import INTERNAL_ERROR, PRECONDITION_FAILED
+from exchange_broker.protocol.errors import AMQPError
+
+
+class TransactionMethods:
+    """Mixed into Channel: uses its ``session``, ``confirm``, ``closed``, ``_route``, ``_take`` and
+    ``_settle``."""
+
+    tx = False
+
+    def _tx_init(self) -> None:
+        self.tx_publishes: list = []
+        self.tx_acks: list = []
+
+    def _tx_select(self, m) -> None:
+        if self.confirm:
+            raise AMQPError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode", 90, 10,
+                            hard=False)
+        self.tx = True
+        self.reply(commands.Tx.SelectOk())
+
+    def _tx_commit(self, m) -> None:
+        if not self.tx:
+            raise AMQPError(PRECONDITION_FAILED, "channel is not transactional", 90, 20, hard=False)
+        pending = [w for w in self.tx_apply() if not w.done]
+        if not pending:
+            self.reply(commands.Tx.CommitOk())
+            return
+        # commit-ok only once every persistent message of the transaction is stored
+        state = {"left": len(pending), "ok": True}
+        sess = self.session
+
+        def done(_arg, ok: bool) -> None:
+            state["left"] -= 1
+            state["ok"] = state["ok"] and ok
+            if state["left"] == 0 and not self.closed:
+                if state["ok"]:
+                    self.reply(commands.Tx.CommitOk())
+                else:
+                    sess.channel_error(self.number, AMQPError(
+                        INTERNAL_ERROR, "could not store the transaction's messages", 90, 20,
+                        hard=True))
+                sess.mark_dirty()
+
+        for w in pending:
+            w.add(done, None)
+
+    def _tx_rollback(self, m) -> None:
+        if not self.tx:
+            raise AMQPError(PRECONDITION_FAILED, "channel is not transactional", 90, 30, hard=False)
+        self.tx_publishes.clear()
+        self.tx_acks.clear()
+        self.reply(commands.Tx.RollbackOk())
+
+    def tx_apply(self) -> list:
+        """Apply buffered publishes and acks; returns durability waiters to wait for."""
+        waiters: list = []
+        publishes, acks = self.tx_publishes, self.tx_acks
+        self.tx_publishes, self.tx_acks = [], []
+        exchanges = self.session.vhost.exchanges
+        for ex, rk, mandatory, props, body in publishes:
+            if ex.name not in exchanges:
+                continue
+            self._route(ex, rk, mandatory, props, body, 0, waiters)
+        for kind, tag, multiple, requeue in acks:
+            try:
+                entries = self._take(tag, multiple, kind)
+            except AMQPError:
+                continue  # already settled by an earlier ack in the same transaction
+            self._settle(entries, kind, requeue)
+        return waiters

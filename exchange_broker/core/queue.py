@@ -1,0 +1,152 @@
+"""The queue-type interface: what the broker and the channel call on any queue, without asking
+which type it is. Each type (``queue_types/classic.py``, ``queue_types/stream.py``, ...) is a
+subclass registered under its ``x-queue-type`` name; the broker is given that registry.
+
+The defaults here are the classic behaviour where one is natural; a type overrides what it does
+differently (a stream refuses basic.get, purge and nacks; it keeps no per-message store rows).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Iterable
+
+from exchange_broker.core.message import Message
+from exchange_broker.core.queue_args import QueueOptions
+
+
+class QueueType:
+    queue_type = "classic"     # the x-queue-type name (admin API "type")
+    pages_to_store = False     # ready messages page to the store past a window (durability.attach)
+
+    def __init__(self, broker, vhost: str, name: str, durable: bool = False,
+                 exclusive_owner: object = None, auto_delete: bool = False,
+                 arguments: dict | None = None, options: QueueOptions | None = None) -> None:
+        self.broker = broker
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = arguments or {}
+        self.options = options or QueueOptions()
+        self.consumers: deque = deque()
+        self.unacked = 0
+        self.bytes = 0
+        self.next_seq = 1
+        self.had_consumer = False
+        self.deleted = False
+        self.store_id: int | None = None       # row id in the durable store
+        self.stats_published = 0
+        self.stats_delivered = 0
+        self.flow_blocked: set = set()         # publishers paused until this queue drains
+        self.waiting_gets: list[Callable[[], None]] = []  # basic.get retries (paged queues)
+        self.on_empty_consumers: Callable[["QueueType"], None] | None = None
+
+    # -- declaring (the registry calls this) -------------------------------------------------------
+    @classmethod
+    def declare(cls, broker, vhost, name: str, durable: bool, owner, auto_delete: bool,
+                arguments: dict) -> "QueueType":
+        """Validate the declaration (406 with RabbitMQ's text) and build the queue."""
+        raise NotImplementedError
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def exclusive(self) -> bool:
+        return self.exclusive_owner is not None
+
+    @property
+    def message_count(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def message_bytes(self) -> int:
+        """Body bytes of the messages the queue holds (admin API ``message_bytes_ready``)."""
+        return self.bytes
+
+    @property
+    def wants_dispatch(self) -> bool:
+        """Something could be delivered if a consumer had credit (after acks, qos, writability)."""
+        raise NotImplementedError
+
+    # -- publishing ---------------------------------------------------------------------------------
+    def enqueue(self, msg: Message, publisher, per_message_ttl: int | None):
+        """Take one routed message. Returns the durability waiter (or None); a refused message is
+        not enqueued and ``msg.rejected`` tells whether its publisher must be nacked."""
+        raise NotImplementedError
+
+    def congested(self) -> bool:
+        return False
+
+    def release_publishers(self) -> None:
+        blocked, self.flow_blocked = self.flow_blocked, set()
+        for session in blocked:
+            session.unthrottle(self)
+
+    # -- consuming ----------------------------------------------------------------------------------
+    def check_consume(self, channel, method) -> None:
+        """basic.consume rules of this type, checked before consume-ok."""
+
+    def add_consumer(self, consumer) -> None:
+        raise NotImplementedError
+
+    def remove_consumer(self, consumer) -> None:
+        raise NotImplementedError
+
+    def dispatch(self) -> None:
+        raise NotImplementedError
+
+    def get(self) -> Message | None:
+        """basic.get: the next message (None: empty)."""
+        raise NotImplementedError
+
+    @property
+    def get_pending(self) -> bool:
+        """An empty basic.get should wait (the queue is reading messages back from the store)."""
+        return False
+
+    # -- settling deliveries ----------------------------------------------------------------------------
+    def settle(self, msg: Message) -> None:
+        """Acked, or delivered with no_ack: forget it (its store row too)."""
+        if msg.stored:
+            self.broker.durability.remove(msg)
+
+    def delivered(self, msg: Message) -> None:
+        """Delivered and awaiting an ack: a restart redelivers it with redelivered=true."""
+        if msg.stored:
+            self.broker.durability.mark_delivered(msg)
+
+    def check_reject(self, kind: int) -> None:
+        """basic.nack (kind 1) or basic.reject (kind 2) of one of this queue's deliveries."""
+
+    def reject(self, msg: Message) -> None:
+        """Rejected or nacked without requeue: dead-lettered when the queue has a DLX."""
+        if self.options.dead_letter_exchange is not None and not self.deleted:
+            self.broker.dead_letter(self, msg, "rejected")
+        else:
+            self.settle(msg)
+
+    def requeue(self, msgs: Iterable[Message]) -> None:
+        raise NotImplementedError
+
+    def purge(self) -> list[Message]:
+        raise NotImplementedError
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def touch(self) -> None:
+        """Declared, consumed from or polled (restarts an x-expires countdown)."""
+
+    def cancel_timers(self) -> None:
+        pass
+
+    def on_deleted(self) -> None:
+        """Deleted (consumers already cancelled): drop what is held in memory."""
+
+    def answer_waiting_gets(self) -> None:
+        waiting, self.waiting_gets = self.waiting_gets, []
+        for retry in waiting:
+            retry()
+
+    def restore(self, durability, row: dict, window: int) -> bool:
+        """Rebuild state from the store's row at start-up; True when messages must be paged in."""
+        return False

@@ -1,0 +1,128 @@
+"""The broker as a whole: /api/overview, /api/nodes, /api/whoami, /api/extensions,
+/api/cluster-name and /api/aliveness-test/{vhost} (RabbitMQ's publish-and-get health check)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+import routing
+from exchange_broker import __version__
+from exchange_broker.core.message import Message
+from exchange_broker.management.common import (CLUSTER_NAME, NODE, PRODUCT, RABBIT_COMPAT_VERSION, AdminContext,
+                                                Principal, visible_vhosts)
+from exchange_broker.management.connections import sessions
+from exchange_broker.management.stats import unacked_by_queue
+from exchange_broker.management.web import Ctx, Who, u
+from exchange_broker.protocol import codec
+from exchange_broker.protocol.errors import AMQPError
+
+router = APIRouter(tags=["overview"])
+STANDARD_EXCHANGE_TYPES = ("direct", "fanout", "headers", "topic")
+
+
+# ---- service -----------------------------------------------------------------------------------
+def exchange_types(broker) -> list[str]:
+    """The standard four, then the other registered types (x-delayed-message ...) by name."""
+    names = set(routing.TYPES)
+    return [*STANDARD_EXCHANGE_TYPES, *sorted(names - set(STANDARD_EXCHANGE_TYPES))]
+
+
+def build_overview(ctx: AdminContext, who: Principal | None = None) -> dict:
+    broker = ctx.broker
+    vhosts = visible_vhosts(broker, None, who)
+    unacked = unacked_by_queue(broker)
+    ready = unack = queues = exchanges = consumers = 0
+    for vh in vhosts:
+        exchanges += len(vh.exchanges)
+        for q in vh.queues.values():
+            queues += 1
+            ready += q.message_count
+            unack += unacked.get(id(q), (0, 0))[0]
+            consumers += len(q.consumers)
+    open_sessions = sessions(ctx, who)
+    channels = sum(len(s.channels) for s in open_sessions)
+    zero = {"rate": 0.0}
+    listeners = []
+    if ctx.amqp_server is not None:
+        listeners.append({"node": NODE, "protocol": "amqp", "ip_address": ctx.amqp_server.host,
+                          "port": ctx.amqp_server.port})
+    return {
+        "management_version": RABBIT_COMPAT_VERSION,
+        "rates_mode": "basic",
+        "exchange_types": [{"name": t, "description": f"AMQP {t} exchange", "enabled": True}
+                           for t in exchange_types(broker)],
+        "product_version": __version__,
+        "product_name": PRODUCT,
+        "rabbitmq_version": RABBIT_COMPAT_VERSION,
+        "cluster_name": CLUSTER_NAME,
+        "node": NODE,
+        "disable_stats": False,
+        "enable_queue_totals": True,
+        "message_stats": ctx.rates.message_stats(broker),
+        "churn_rates": {},
+        "queue_totals": {"messages": ready + unack, "messages_details": dict(zero),
+                         "messages_ready": ready, "messages_ready_details": dict(zero),
+                         "messages_unacknowledged": unack,
+                         "messages_unacknowledged_details": dict(zero)},
+        "object_totals": {"channels": channels, "connections": len(open_sessions), "consumers": consumers,
+                          "exchanges": exchanges, "queues": queues},
+        "statistics_db_event_queue": 0,
+        "listeners": listeners,
+        "contexts": [],
+        "uptime": ctx.uptime_ms(),
+    }
+
+
+def list_nodes(ctx: AdminContext) -> list[dict]:
+    return [{"name": NODE, "type": "disc", "running": True, "uptime": ctx.uptime_ms(), "being_drained": False}]
+
+
+def check_aliveness(ctx: AdminContext, vhost: str, who: Principal | None = None) -> dict:
+    """Declare ``aliveness-test``, publish a message to it and read it back (RabbitMQ's check)."""
+    broker = ctx.broker
+    vh = visible_vhosts(broker, vhost, who)[0]
+    try:
+        q = vh.declare_queue("aliveness-test", durable=False)
+    except AMQPError as err:
+        return {"status": "failed", "reason": err.text}
+    raw = codec.encode_properties({})
+    broker.publish(vh, vh.exchanges[""], Message("", q.name, raw, b"test_message"), False, None)
+    got = None
+    while True:
+        msg = q.get()
+        if msg is None:
+            break
+        q.settle(msg)
+        got = got or (msg.body == b"test_message")
+    return {"status": "ok"} if got else {"status": "failed", "reason": "message not received"}
+
+
+# ---- routes ------------------------------------------------------------------------------------
+@router.get("/api/overview")
+async def overview(who: Principal = Who, ctx: AdminContext = Ctx):
+    return build_overview(ctx, who)
+
+
+@router.get("/api/whoami")
+async def whoami(who: Principal = Who):
+    return {"name": who.name, "tags": who.tags}
+
+
+@router.get("/api/nodes")
+async def nodes(who: Principal = Who, ctx: AdminContext = Ctx):
+    return list_nodes(ctx)
+
+
+@router.get("/api/extensions")
+async def extensions(who: Principal = Who):
+    return []
+
+
+@router.get("/api/cluster-name")
+async def cluster_name(who: Principal = Who):
+    return {"name": CLUSTER_NAME}
+
+
+@router.get("/api/aliveness-test/{vhost}")
+async def aliveness(vhost: str, who: Principal = Who, ctx: AdminContext = Ctx):
+    return check_aliveness(ctx, u(vhost), who)

@@ -1,0 +1,77 @@
+"""What stream consumers are sent: the stored message with an ``x-stream-offset`` header spliced
+into its raw properties, and the store reads that bring older offsets back (run off the loop)."""
+
+from __future__ import annotations
+
+import struct
+
+from exchange_broker.core.message import Message
+from exchange_broker.protocol import codec
+
+# -- the x-stream-offset header -------------------------------------------------------------------
+_OFFSET_KEY = b"\x0fx-stream-offset"
+_ENTRY_LEN = 16 + 1 + 8                  # key shortstr (len + 15 bytes), type 'l', int64
+_U32 = struct.Struct(">I")
+
+
+def _template(raw: bytes) -> tuple[bytes, bytes]:
+    """(head, tail): ``head + int64 offset + tail`` are ``raw`` with the x-stream-offset header."""
+    flags, pos = codec.headers_offset(raw)
+    if flags & codec.FLAG_HEADERS:
+        size = _U32.unpack_from(raw, pos)[0]
+        table = raw[pos + 4:pos + 4 + size]
+        if _OFFSET_KEY in table:  # e.g. a stream message republished: replace, don't duplicate
+            props = codec.parse_properties(raw)
+            headers = dict(props.get("headers") or {})
+            if headers.pop("x-stream-offset", None) is not None:
+                props["headers"] = headers
+                return _template(codec.encode_properties(props))
+        return (b"".join((raw[:pos], _U32.pack(size + _ENTRY_LEN), table, _OFFSET_KEY, b"l")),
+                raw[pos + 4 + size:])
+    flags |= codec.FLAG_HEADERS
+    return (b"".join((bytes((flags >> 8, flags & 0xFF)), raw[2:pos], _U32.pack(_ENTRY_LEN),
+                      _OFFSET_KEY, b"l")), raw[pos:])
+
+
+_TEMPLATES: dict[bytes, tuple[bytes, bytes]] = {}
+_I64 = struct.Struct(">q")
+
+
+def with_offset_header(raw: bytes, offset: int) -> bytes:
+    """Raw content-header properties with ``x-stream-offset: offset`` (AMQP type ``l``, long)
+    added to the headers table. Spliced into the bytes, no decode/encode: a template per
+    distinct properties value is cached, so the common case is two concatenations."""
+    t = _TEMPLATES.get(raw)
+    if t is None:
+        if len(_TEMPLATES) >= 4096:
+            _TEMPLATES.clear()
+        t = _TEMPLATES[raw] = _template(bytes(raw))
+    return t[0] + _I64.pack(offset) + t[1]
+
+
+class _Delivery(Message):
+    """What stream consumers are sent (shared by all of them): the properties carry the
+    x-stream-offset header, and it is never 'stored', so acking it removes no row."""
+
+    __slots__ = ()
+
+
+def _delivery(exchange: str, routing_key: str, properties: bytes, body: bytes, offset: int,
+              created_ms: int, queue) -> Message:
+    m = _Delivery(exchange, routing_key, with_offset_header(properties, offset), body, True, 0)
+    m.seq = offset + 1
+    m.created_ms = created_ms
+    m.queue = queue
+    return m
+
+
+def _find_seq_at_time(store, queue_id: int, ts: int):
+    return store.find_seq_at_time(queue_id, ts)
+
+
+def _read_block(store, queue_id: int, start: int, end: int, queue) -> list:
+    """Executor: offsets [start, end) as delivery messages, a dense list (None for a missing row)."""
+    out: list = [None] * (end - start)
+    for seq, exchange, routing_key, props, body, created in store.read_log(queue_id, start, end):
+        out[seq - 1 - start] = _delivery(exchange, routing_key, props, body, seq - 1, created, queue)
+    return out

@@ -1,0 +1,262 @@
+"""Messages in the SQL store: queue rows (group-commit batches, paging reads), stream logs and
+stream consumer offsets.
+
+A mixin of :class:`persistence.sql_store.SqlStore` (which provides ``_write``, ``_read``,
+``_upsert`` and ``_dialect``); one transaction per call.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from .models import messages, queues, stream_offsets
+from .store import StoredMessage
+
+REMOVE_CHUNK = 500  # seqs per "seq IN (...)" DELETE
+IN_LIST_MIN = 4  # a queue with fewer removes in a batch goes through the executemany DELETE
+
+_MESSAGE_COLUMNS = (
+    "queue_id", "seq", "exchange", "routing_key", "properties", "body",
+    "created_ms", "expires_ms", "priority",
+)
+_COPY_MESSAGES = f"COPY messages ({', '.join(_MESSAGE_COLUMNS)}) FROM STDIN"
+_SQLITE_INSERT = (
+    f"INSERT INTO messages ({', '.join(_MESSAGE_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_MESSAGE_COLUMNS))})"
+)
+_SQLITE_READ_LOG = (
+    "SELECT seq, exchange, routing_key, properties, body, created_ms FROM messages "
+    "WHERE queue_id = ? AND seq > ? AND seq <= ? ORDER BY seq"
+)
+_DELETE_SEQS = delete(messages).where(
+    messages.c.queue_id == bindparam("q"), messages.c.seq.in_(bindparam("seqs", expanding=True))
+)
+_DELETE_MESSAGE = delete(messages).where(
+    messages.c.queue_id == bindparam("q"), messages.c.seq == bindparam("s")
+)
+_RAISE_MARK = (
+    update(queues)
+    .where(queues.c.id == bindparam("q"), queues.c.delivered_mark < bindparam("m"))
+    .values(delivered_mark=bindparam("m"))
+)
+
+
+def _copy_rows(conn: Connection, rows: list[tuple]) -> None:
+    """Bulk-load message rows with psycopg's COPY, reporting errors as SQLAlchemy exceptions."""
+    dbapi_conn = conn.connection.driver_connection
+    try:
+        with dbapi_conn.cursor() as cur, cur.copy(_COPY_MESSAGES) as copy:
+            for row in rows:
+                copy.write_row(row)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            _COPY_MESSAGES, None, exc, conn.dialect.loaded_dbapi.Error,
+            dialect=conn.dialect,
+        ) from exc
+
+
+class SqlMessages:
+    """Message, stream-log and offset reads and writes (mixed into :class:`SqlStore`)."""
+
+    # ---------------------------------------------------------------- messages
+    def write_batch(
+        self,
+        appends: list[StoredMessage],
+        removes: list[tuple[int, int]],
+        delivered_marks: dict[int, int],
+        purges: Iterable[int] = (),
+    ) -> None:
+        purge_ids = list(purges)
+        if not (appends or removes or delivered_marks or purge_ids):
+            return
+        with self._write() as conn:
+            if purge_ids:
+                conn.execute(delete(messages).where(messages.c.queue_id.in_(purge_ids)))
+            if appends:
+                self._insert_messages(conn, appends)
+            if removes:
+                self._delete_messages(conn, removes)
+            if delivered_marks:
+                conn.execute(_RAISE_MARK, [{"q": q, "m": m} for q, m in delivered_marks.items()])
+
+    def _insert_messages(self, conn: Connection, appends: list[StoredMessage]) -> None:
+        rows = [
+            (
+                m.queue_id, m.seq, m.exchange, m.routing_key, m.properties, m.body,
+                m.created_ms, m.expires_ms, m.priority,
+            )
+            for m in appends
+        ]
+        if conn.dialect.driver == "psycopg":
+            _copy_rows(conn, rows)  # COPY is ~2x faster than a pipelined executemany
+        elif conn.dialect.name == "sqlite":
+            # pre-compiled SQL straight to the driver's executemany: skips per-row bind processing
+            conn.exec_driver_sql(_SQLITE_INSERT, rows)
+        else:
+            conn.execute(insert(messages), [dict(zip(_MESSAGE_COLUMNS, r)) for r in rows])
+
+    def _delete_messages(self, conn: Connection, removes: list[tuple[int, int]]) -> None:
+        by_queue: dict[int, list[int]] = {}
+        for q, s in removes:
+            by_queue.setdefault(q, []).append(s)
+        singles: list[dict[str, int]] = []
+        for q, seqs in by_queue.items():
+            if len(seqs) < IN_LIST_MIN:
+                singles.extend({"q": q, "s": s} for s in seqs)
+                continue
+            for i in range(0, len(seqs), REMOVE_CHUNK):  # one indexed range scan per chunk
+                conn.execute(_DELETE_SEQS, {"q": q, "seqs": seqs[i : i + REMOVE_CHUNK]})
+        if singles:
+            conn.execute(_DELETE_MESSAGE, singles)
+
+    def load_messages(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
+        m = messages.c
+        with self._read() as conn:
+            mark = conn.scalar(select(queues.c.delivered_mark).where(queues.c.id == queue_id)) or 0
+            rows = conn.execute(
+                select(
+                    m.seq, m.exchange, m.routing_key, m.properties, m.body,
+                    m.created_ms, m.expires_ms, m.priority,
+                )
+                .where(m.queue_id == queue_id, m.seq > after_seq)
+                .order_by(m.seq)
+                .limit(limit)
+            ).all()
+        return [
+            StoredMessage(
+                queue_id, seq, exchange, routing_key, bytes(props), bytes(body),
+                created_ms, expires_ms, priority, seq <= mark,
+            )
+            for seq, exchange, routing_key, props, body, created_ms, expires_ms, priority in rows
+        ]
+
+    def queue_stats(self, queue_id: int) -> tuple[int, int, int]:
+        m = messages.c
+        with self._read() as conn:
+            count, size, max_seq = conn.execute(
+                select(
+                    func.count(),
+                    func.coalesce(func.sum(func.length(m.body)), 0),
+                    func.coalesce(func.max(m.seq), 0),
+                ).where(m.queue_id == queue_id)
+            ).one()
+        return int(count), int(size), int(max_seq)
+
+    # ---------------------------------------------------------- stream offsets
+    def store_offset(self, vhost: str, queue: str, name: str, offset: int) -> None:
+        with self._write() as conn:
+            self._upsert(
+                conn,
+                stream_offsets,
+                ["vhost", "queue", "name"],
+                {"vhost": vhost, "queue": queue, "name": name, "offset": int(offset)},
+            )
+
+    def query_offset(self, vhost: str, queue: str, name: str) -> int | None:
+        o = stream_offsets.c
+        with self._read() as conn:
+            val = conn.scalar(
+                select(o.offset).where(o.vhost == vhost, o.queue == queue, o.name == name)
+            )
+        return None if val is None else int(val)
+
+    def load_offsets(self, vhost: str, queue: str) -> dict[str, int]:
+        """Every stored consumer offset of one stream: {name: offset}."""
+        o = stream_offsets.c
+        with self._read() as conn:
+            rows = conn.execute(
+                select(o.name, o.offset).where(o.vhost == vhost, o.queue == queue)
+            ).all()
+        return {name: int(off) for name, off in rows}
+
+    # ------------------------------------------------------------ stream logs
+    def delete_messages_upto(self, queue_id: int, seq: int) -> int:
+        """Drop the head of a log: every message of the queue with seq <= ``seq``."""
+        m = messages.c
+        with self._write() as conn:
+            result = conn.execute(delete(messages).where(m.queue_id == queue_id, m.seq <= seq))
+        return int(result.rowcount or 0)
+
+    def read_log(self, queue_id: int, start: int, end: int) -> list[tuple]:
+        """Rows with ``start < seq <= end``, in seq order, as plain tuples
+        (seq, exchange, routing_key, properties, body, created_ms)."""
+        m = messages.c
+        with self._read() as conn:
+            if self._dialect == "sqlite":  # straight to the driver: ~2x faster per row
+                cur = conn.connection.driver_connection.cursor()
+                try:
+                    return cur.execute(_SQLITE_READ_LOG, (queue_id, start, end)).fetchall()
+                finally:
+                    cur.close()
+            rows = conn.execute(
+                select(m.seq, m.exchange, m.routing_key, m.properties, m.body, m.created_ms)
+                .where(m.queue_id == queue_id, m.seq > start, m.seq <= end)
+                .order_by(m.seq)
+            ).all()
+        return [(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), r[5]) for r in rows]
+
+    def find_seq_at_time(self, queue_id: int, created_ms: int) -> int | None:
+        """The lowest seq whose created_ms >= ``created_ms`` (None: none is that recent).
+
+        Binary search on the primary key; relies on created_ms never falling as seq rises
+        (true of stream logs, which stamp appends monotonically)."""
+        m = messages.c
+        probe = (
+            select(m.seq, m.created_ms)
+            .where(m.queue_id == queue_id, m.seq >= bindparam("s"))
+            .order_by(m.seq)
+            .limit(1)
+        )
+        with self._read() as conn:
+            lo, hi = conn.execute(
+                select(func.min(m.seq), func.max(m.seq)).where(m.queue_id == queue_id)
+            ).one()
+            if lo is None:
+                return None
+            last = conn.execute(probe, {"s": hi}).one()
+            if last.created_ms < created_ms:
+                return None
+            found = hi
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                row = conn.execute(probe, {"s": mid}).first()
+                if row is not None and row.created_ms >= created_ms:
+                    found = min(found, row.seq)
+                    hi = mid - 1
+                else:
+                    lo = (row.seq if row is not None else mid) + 1
+        return int(found)
+
+    def log_bytes(self, queue_id: int) -> int:
+        """Sum of len(properties) + len(body) over a queue's messages."""
+        m = messages.c
+        with self._read() as conn:
+            total = conn.scalar(
+                select(
+                    func.coalesce(func.sum(func.length(m.properties) + func.length(m.body)), 0)
+                ).where(m.queue_id == queue_id)
+            )
+        return int(total or 0)
+
+    def iter_message_sizes(self, queue_id: int, chunk: int = 10000) -> Iterator[tuple[int, int, int]]:
+        """(seq, len(properties) + len(body), created_ms) of every message of a queue, in seq
+        order, read in chunks (no bodies are returned)."""
+        m = messages.c
+        after = 0
+        while True:
+            with self._read() as conn:
+                rows = conn.execute(
+                    select(m.seq, func.length(m.properties) + func.length(m.body), m.created_ms)
+                    .where(m.queue_id == queue_id, m.seq > after)
+                    .order_by(m.seq)
+                    .limit(chunk)
+                ).all()
+            for seq, size, created in rows:
+                yield int(seq), int(size), int(created)
+            if len(rows) < chunk:
+                return
+            after = rows[-1][0]
