@@ -607,6 +607,7 @@ async def run(opts) -> dict:
         "scenario": opts.scenario, "host": opts.host, "port": opts.port,
         "size": opts.size, "queue": qname,
         "delivery_mode": sc["delivery_mode"], "durable_queue": sc["durable"],
+        "queue_type": opts.queue_type or "classic",
         "event_loop": type(loop).__module__.split(".")[0],
     }
     declared = False
@@ -615,8 +616,10 @@ async def run(opts) -> dict:
         await cons.open(*conn_args)
         result["server"] = _server_name(prod.server_properties)
 
+        durable = sc["durable"] or opts.queue_type in ("quorum", "stream")
         await prod.rpc(commands.Queue.Declare(
-            queue=qname, durable=sc["durable"], auto_delete=not sc["durable"]),
+            queue=qname, durable=durable, auto_delete=not durable,
+            arguments={"x-queue-type": opts.queue_type} if opts.queue_type else {}),
             "Queue.DeclareOk")
         declared = True
 
@@ -864,6 +867,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--verify gives up after this many seconds without progress")
     p.add_argument("--verify-grace", type=float, default=0.5,
                    help="--verify waits this long after completion to catch extras")
+    p.add_argument("--queue-type", default=None, choices=("classic", "quorum"),
+                   help="x-queue-type of the benchmark queue (quorum queues are always durable)")
     p.add_argument("--json", action="store_true", help="print one JSON line with results")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     return p

@@ -48,9 +48,10 @@ class Consumer:
     def closed(self) -> bool:
         return self.channel.closed
 
-    def outstanding(self, delivery_tag: int) -> bool:
-        """Is this delivery still unacknowledged on the channel?"""
-        return delivery_tag in self.channel.unacked
+    @property
+    def outstanding(self):
+        """The delivery tags still unacknowledged on the channel (supports ``in``)."""
+        return self.channel.unacked
 
     def queue_deleted(self) -> None:
         self.channel.consumer_cancelled_by_broker(self)

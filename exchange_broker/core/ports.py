@@ -51,6 +51,9 @@ class Consumer(Protocol):
     def can_take(self) -> bool:
         """May one more message be delivered now (credit, prefetch, writable socket)?"""
 
+    outstanding: object
+    """The delivery tags not yet acknowledged (a container: ``tag in consumer.outstanding``)."""
+
     def deliver(self, msg) -> int:
         """Send ``msg``; returns its delivery tag."""
 

@@ -147,6 +147,17 @@ class QueueType:
         for retry in waiting:
             retry()
 
+    def apply_policy(self, effective: dict, policy: str | None = None,
+                     operator_policy: str | None = None) -> None:
+        """Policies changed: ``effective`` are the queue arguments now in force (the declared
+        ``x-`` arguments merged with the policies' keys by the policy layer, as ``x-`` names)."""
+        self.policy, self.operator_policy = policy, operator_policy
+        self.effective_arguments = dict(effective)
+
+    policy: str | None = None
+    operator_policy: str | None = None
+    effective_arguments: dict | None = None   # None: the declared arguments, no policy applies
+
     def restore(self, durability, row: dict, window: int) -> bool:
         """Rebuild state from the store's row at start-up; True when messages must be paged in."""
         return False

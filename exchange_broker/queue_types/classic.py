@@ -29,6 +29,7 @@ def _now_ms() -> int:
 class ClassicQueue(QueueType):
     queue_type = "classic"
     pages_to_store = True
+    stores_all = False  # True: transient messages are stored too (quorum queues)
 
     def __init__(self, broker, vhost: str, name: str, durable: bool = False,
                  exclusive_owner: object = None, auto_delete: bool = False,
@@ -88,7 +89,7 @@ class ClassicQueue(QueueType):
         self.next_seq += 1
         m.queue = self
         waiter = None
-        if m.persistent and self.store_id is not None:
+        if (m.persistent or self.stores_all) and self.store_id is not None:
             waiter = self.broker.durability.append(self, m)
         self.push(m)
         if publisher is not None and len(self.ready) > FLOW_HIGH and self.congested():
@@ -434,6 +435,26 @@ class ClassicQueue(QueueType):
         if len(self.ready) <= FLOW_HIGH or not self.consumers:
             return False
         return any(c.blocked_by_socket() for c in self.consumers)
+
+    # -- policies --------------------------------------------------------------------------------------
+    def apply_policy(self, effective: dict, policy: str | None = None,
+                     operator_policy: str | None = None) -> None:
+        """New limits apply at once (drop-head trims, TTL re-armed for what arrives from now on,
+        x-expires restarted); a priority queue keeps its priorities (not a policy key)."""
+        super().apply_policy(effective, policy, operator_policy)
+        opts = parse_queue_arguments(effective, f"queue '{self.name}' in vhost '{self.vhost}'")
+        opts.max_priority = self.options.max_priority
+        self.options = opts
+        if opts.message_ttl is not None:
+            self.has_ttl = True
+        if opts.deduplication and self.dedup is None:
+            self.dedup = OrderedDict()
+        if opts.limited and opts.overflow == "drop-head":
+            self._drop_over_limit()
+        if self.has_ttl:
+            self._expire_head()
+            self._arm_expiry()
+        self.touch()
 
     # -- recovery ------------------------------------------------------------------------------------
     def restore(self, durability, row: dict, window: int) -> bool:

@@ -184,7 +184,7 @@ class StreamQueue(StoredLog, QueueType):
         After basic.recover the recovering consumer rewinds to its first unacked offset."""
         for r in self.readers.values():
             c = r.consumer
-            if c.closed or not r.inflight or c.outstanding(r.inflight[0][0]):
+            if c.closed or not r.inflight or r.inflight[0][0] in c.outstanding:
                 continue
             # every delivery of this channel was just taken back: redeliver from the first
             r.cursor = r.inflight[0][1]
@@ -287,6 +287,14 @@ class StreamQueue(StoredLog, QueueType):
         if offset > self.tail_base:
             del self.tail[:offset - self.tail_base]
             self.tail_base = offset
+
+    def apply_policy(self, effective: dict, policy: str | None = None,
+                     operator_policy: str | None = None) -> None:
+        """Retention from policies (max-length-bytes, max-age) applies at once."""
+        super().apply_policy(effective, policy, operator_policy)
+        self.max_bytes = int(effective.get("x-max-length-bytes") or 0)
+        self.max_age_ms = parse_interval_ms(_norm(effective.get("x-max-age"))) or 0
+        self.apply_retention()
 
     # -- retention ----------------------------------------------------------------------------------
     def apply_retention(self, now: int | None = None) -> None:
@@ -474,7 +482,7 @@ class StreamQueue(StoredLog, QueueType):
             return False
         outstanding = c.outstanding
         last = None
-        while inflight and not outstanding(inflight[0][0]):
+        while inflight and inflight[0][0] not in outstanding:
             last = inflight.popleft()[1]
         if last is not None and r.name is not None:
             self.set_offset(r.name, last, flush=False)
