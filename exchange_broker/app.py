@@ -13,20 +13,24 @@ way to put a broker together; ``testing.ThreadedBroker`` uses them too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
 import sys
+import tempfile
 
 from exchange_broker.assembly import make_broker
 from exchange_broker.config import Config
 from exchange_broker.core.broker import Broker
 from exchange_broker.core.clock import Clock
 from exchange_broker.server.clock import LoopClock
-from exchange_broker.server.listener import BrokerServer, install_signal_handlers
+from exchange_broker.server.listener import BrokerServer, install_signal_handlers, socket_error_text
 from exchange_broker.server.resources import ResourceMonitor, parse_size, total_memory
 
 log = logging.getLogger("exchange_broker")
+
+LOCK_CHECK_INTERVAL = 5.0  # seconds between checks that the store's lock is still held
 
 
 def limits_from(config: Config) -> dict:
@@ -34,34 +38,70 @@ def limits_from(config: Config) -> dict:
     return config.limits
 
 
+class StartupError(Exception):
+    """The broker cannot start for a reason the message explains in one line (no traceback)."""
+
+
+def prepare_data_dir(path: str) -> None:
+    """Create the data directory if needed and make sure the broker can write there."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        raise StartupError(f"the data directory {path} is not a directory") from None
+    except OSError as exc:
+        raise StartupError(f"cannot create the data directory {path}: {exc.strerror}") from None
+    if not os.path.isdir(path):
+        raise StartupError(f"the data directory {path} is not a directory")
+    try:  # os.access says yes to root even where the file system says no
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StartupError(f"the data directory {path} is not writable: {exc.strerror}") from None
+
+
 def database_url(config: Config) -> str:
     """The store's URL; the data directory is created when the store lives there."""
     if not config.database_url:
-        os.makedirs(config.data_path, exist_ok=True)
+        prepare_data_dir(config.data_path)
     return config.store_url
 
 
-class StartupError(Exception):
-    """The broker cannot start for a reason the message explains (no traceback needed)."""
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line, without an OSError's '[Errno N]' prefix."""
+    exc = getattr(exc, "orig", None) or exc
+    text = str(exc)
+    if isinstance(exc, OSError) and exc.errno and isinstance(exc.strerror, str):
+        text = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    return " ".join(text.split()) or type(exc).__name__
 
 
 def open_store(config: Config):
-    """Open the SQL store, applying the alembic migrations (blocking: run it off the loop)."""
+    """Lock the store (one broker per store), then open it, applying the alembic migrations
+    (blocking: run it off the loop). Returns ``(store, lock)``; the caller releases the lock
+    after closing the store."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
+    from persistence.lock import StoreInUse, store_lock
     from persistence.sql_store import SqlStore
     url = database_url(config)
+    where = make_url(url).render_as_string(hide_password=True)
     store = SqlStore(url, sqlite_synchronous=config.sqlite_synchronous)
+    lock = store_lock(url)
     try:
+        if lock is not None:
+            lock.acquire()
         store.open()
-    except SQLAlchemyError as exc:  # e.g. an unwritable SQLite file, a database server that is down
+    except StoreInUse as exc:
+        raise StartupError(str(exc)) from None
+    except (SQLAlchemyError, OSError) as exc:  # an unwritable SQLite file, a database server that is down
         store.close()
-        where = make_url(url).render_as_string(hide_password=True)
-        why = " ".join(str(getattr(exc, "orig", None) or exc).split())  # one line
-        raise StartupError(f"cannot open the store {where}: {why}") from exc
-    log.info("store: %s", store.engine.url.render_as_string(hide_password=True))
-    return store
+        if lock is not None:
+            lock.release()
+        raise StartupError(f"cannot open the store {where}: {_one_line(exc)}") from exc
+    log.info("store: %s (schema revision %s)", where, store.schema_revision or "none")
+    return store, lock
 
 
 def build_broker(clock: Clock, *, durability=None, config: Config | None = None) -> Broker:
@@ -97,7 +137,8 @@ def make_server(broker: Broker, config: Config) -> BrokerServer:
 
 async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     """The admin HTTP API in this loop (``--admin-port 0`` turns it off). A port that cannot be
-    bound is logged and the broker runs on without the API."""
+    bound stops the start-up (StartupError): a broker without the API it was asked for is not
+    what the operator started."""
     if not config.admin_port:
         return None
     from exchange_broker.management.server import AdminServer
@@ -108,8 +149,8 @@ async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     try:
         await admin.start()
     except OSError as exc:
-        log.error("admin API not started: cannot listen on %s:%d: %s", host, port, exc)
-        return None
+        why = socket_error_text(exc)
+        raise StartupError(f"cannot listen on {host}:{port} for the admin API: {why}") from exc
     return admin
 
 
@@ -119,6 +160,8 @@ class Application:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.store = None
+        self.store_lock = None  # persistence.lock.StoreLock: one broker per store
+        self._lock_watch: asyncio.Task | None = None
         self.durability = None
         self.broker: Broker | None = None
         self.server: BrokerServer | None = None
@@ -131,7 +174,9 @@ class Application:
         loop = asyncio.get_running_loop()
         if not config.in_memory:
             from exchange_broker.durability.sql import SqlDurability
-            self.store = await loop.run_in_executor(None, open_store, config)
+            self.store, self.store_lock = await loop.run_in_executor(None, open_store, config)
+            if self.store_lock is not None:
+                self._lock_watch = loop.create_task(self._watch_lock(), name="store-lock")
             self.durability = SqlDurability(self.store, loop, window=config.queue_window)
         self.broker = build_broker(LoopClock(loop), durability=self.durability, config=config)
         if self.durability is not None:
@@ -153,6 +198,12 @@ class Application:
         sys.setswitchinterval(0.001)
         try:
             await self.start()
+        except Exception as exc:
+            await self._abandon_start()
+            if isinstance(exc, StartupError):
+                raise
+            log.debug("start-up failed", exc_info=True)
+            raise StartupError(_one_line(exc)) from exc
         except BaseException:
             await self._abandon_start()
             raise
@@ -176,8 +227,25 @@ class Application:
             if self.broker is not None:
                 self.broker.delayed.close()  # its last row deletes go to the writer before it stops
             await asyncio.get_running_loop().run_in_executor(None, self.durability.stop)
+        if self._lock_watch is not None:
+            self._lock_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lock_watch
         if self.store is not None:
             self.store.close()
+        if self.store_lock is not None:
+            self.store_lock.release()  # last: no other broker opens the store while we still write
+
+    async def _watch_lock(self, interval: float = LOCK_CHECK_INTERVAL) -> None:
+        """Now and then, make sure the store's lock is still ours (a PostgreSQL outage ends the
+        session that holds it: it is taken again when the database is back)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await loop.run_in_executor(None, self.store_lock.check)
+            except Exception:
+                log.exception("store lock check failed")
 
     async def _abandon_start(self) -> None:
         """A start that failed half-way: release what it opened (the caller reports the error)."""

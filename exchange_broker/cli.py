@@ -11,14 +11,22 @@ import asyncio
 import logging
 import sys
 
+from exchange_broker.core.names import logsafe
 from exchange_broker.config import DB, SERVE, Config, add_arguments
 
 log = logging.getLogger("exchange_broker")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (its usage text is for --help, not for a mistyped option)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="exchange-broker",
-                                description="A RabbitMQ-compatible AMQP 0-9-1 message broker")
+    p = Parser(prog="exchange-broker",
+               description="A RabbitMQ-compatible AMQP 0-9-1 message broker")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run the broker",
                        description="Run the broker. Every option also reads the environment variable "
@@ -39,32 +47,74 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def db_command(config: Config, args: argparse.Namespace) -> int:
-    from exchange_broker.app import database_url
+    """upgrade / downgrade (holding the store's lock: not under a running broker) / current."""
+    from alembic.util import CommandError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from exchange_broker.app import StartupError, database_url
     from persistence import migrate
-    url = database_url(config)
-    if args.db_command == "upgrade":
-        migrate.upgrade(url, args.revision or "head")
-    elif args.db_command == "downgrade":
-        if not args.revision:
-            print("exchange-broker db downgrade: a revision is required (e.g. base)", file=sys.stderr)
-            return 2
-        migrate.downgrade(url, args.revision)
-    print(migrate.current(url) or "base")
+    from persistence.lock import StoreInUse, store_lock
+    if args.db_command == "downgrade" and not args.revision:
+        print("exchange-broker db downgrade: a revision is required (e.g. base)", file=sys.stderr)
+        return 2
+    lock = None
+    try:
+        url = database_url(config)
+        if args.db_command != "current":
+            lock = store_lock(url)
+            if lock is not None:
+                lock.acquire()
+        if args.db_command == "upgrade":
+            migrate.upgrade(url, args.revision or "head")
+        elif args.db_command == "downgrade":
+            migrate.downgrade(url, args.revision)
+        print(migrate.current(url) or "base")
+    except (StartupError, StoreInUse, SQLAlchemyError, CommandError, OSError) as exc:
+        why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        print(f"exchange-broker db {args.db_command}: error: {why}", file=sys.stderr)
+        return 1
+    finally:
+        if lock is not None:
+            lock.release()
     return 0
+
+
+class SafeFormatter(logging.Formatter):
+    """Log lines with control characters in the message escaped: a queue, exchange, user or vhost
+    name a client sent cannot forge a line (a traceback, added after, keeps its lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = logsafe(record.message)
+        return super().formatMessage(record)
+
+
+def configure_logging(level_name: str, command: str) -> None:
+    level = getattr(logging, str(level_name).upper(), logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if level > logging.DEBUG:
+        # alembic's INFO lines (plugin set-up; for serve also "Context impl", "Running upgrade ...")
+        # are noise at start-up: the store's line says which schema revision is in use
+        logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+        if command == "serve":
+            logging.getLogger("alembic").setLevel(logging.WARNING)
+        else:  # db upgrade/downgrade: the "Running upgrade ..." lines are what the operator asked for
+            logging.getLogger("alembic.runtime.migration").addFilter(
+                lambda record: not record.getMessage().startswith(("Context impl", "Will assume")))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, args.command)
     if args.command == "admin":
         from exchange_broker.management.cli import run as admin_run
         return admin_run(args)
     try:
         config = Config.from_namespace(args)
-    except ValueError as exc:
+    except ValueError as exc:  # a setting out of range, a database URL we cannot use, ...
         print(f"exchange-broker {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
     if args.command == "serve":
         return serve(config)
     if args.command == "db":
@@ -73,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(config: Config) -> int:
+    """Run the broker until SIGTERM/SIGINT; a start-up failure is one line on stderr, exit 1."""
     from exchange_broker.app import Application, StartupError
     try:
         import uvloop  # noqa: F401
@@ -83,12 +134,8 @@ def serve(config: Config) -> int:
         return runner(Application(config).serve())
     except KeyboardInterrupt:
         return 0
-    except OSError as exc:  # e.g. the port is taken, or the data directory is not writable
-        log.error("exchange-broker cannot start: %s", exc.strerror or exc)
-        print(f"exchange-broker: cannot start: {exc}", file=sys.stderr)
-        return 1
-    except (StartupError, ValueError) as exc:  # e.g. the store cannot be opened, a TLS file not loaded
-        log.error("exchange-broker cannot start: %s", exc)
+    except StartupError as exc:  # the port is taken, the store is in use or cannot be opened, ...
+        # printed once (not logged too: the log is this same stderr)
         print(f"exchange-broker: cannot start: {exc}", file=sys.stderr)
         return 1
 

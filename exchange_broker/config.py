@@ -87,7 +87,8 @@ class Config:
     data_dir: str = setting(DEFAULT_DATA_DIR, "directory of the embedded SQLite store", group="store",
                             commands=(SERVE, DB))
     database_url: str | None = setting(
-        None, "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db; overrides --data-dir", group="store",
+        None, "PostgreSQL or SQLite URL, e.g. postgresql://user@host/db (psycopg 3); overrides --data-dir",
+        group="store",
         commands=(SERVE, DB), default_text="none")
     sqlite_synchronous: str = setting("FULL", "SQLite PRAGMA synchronous (FULL: every commit is fsynced)",
                                       group="store", choices=("FULL", "NORMAL", "OFF"), commands=(SERVE, DB))
@@ -129,6 +130,8 @@ class Config:
                 raise ValueError(f"{flag_of(name)} must be a fraction (0.4) or a size (512MiB, 50MB), "
                                  f"not {getattr(self, name)!r}") from None
         self.tls  # noqa: B018 - TLS needs a certificate and a key; verify-peer needs a CA
+        if self.database_url:
+            self.database_url = normalize_database_url(self.database_url)
 
     # -- derived ------------------------------------------------------------------------------------
     @property
@@ -177,6 +180,34 @@ class Config:
     def from_namespace(cls, args: argparse.Namespace) -> "Config":
         """The Config of parsed ``serve`` (or ``db``) options; settings a command lacks keep their default."""
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
+
+
+DATABASE_URL_EXAMPLES = "postgresql://user:password@host/database or sqlite:////path/to/broker.db"
+
+
+def normalize_database_url(url: str) -> str:
+    """``url`` checked and made explicit: PostgreSQL (``postgres://``, ``postgresql://``,
+    ``postgresql+psycopg://``) always goes through psycopg 3; SQLite through the sqlite3 module.
+    A ValueError (one line, never the password) for anything else."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):  # not scheme://..., or e.g. a port that is not a number
+        raise ValueError(f"--database-url is not a database URL (expected {DATABASE_URL_EXAMPLES})") from None
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend in ("postgres", "postgresql"):
+        if driver not in ("", "psycopg"):
+            raise ValueError(f"--database-url: the PostgreSQL driver {driver!r} is not supported "
+                             f"(use postgresql://..., served by psycopg 3)")
+        if parsed.drivername == "postgresql+psycopg":
+            return url
+        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    if backend == "sqlite":
+        if driver not in ("", "pysqlite"):
+            raise ValueError(f"--database-url: the SQLite driver {driver!r} is not supported (use sqlite:///...)")
+        return url
+    raise ValueError(f"--database-url: unsupported database {backend!r} (expected {DATABASE_URL_EXAMPLES})")
 
 
 def _check(config: Config, name: str, low: float, high: float | None, what: str) -> None:

@@ -139,6 +139,46 @@ class DelayedMessage(Base):
     created_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+class Policy(Base):
+    """A policy or operator policy (``kind``: ``policy`` / ``operator_policy``); ``value_json`` is
+    RabbitMQ's runtime parameter value: pattern, apply-to, priority, definition."""
+
+    __tablename__ = "policies"
+    vhost: Mapped[str] = mapped_column(String, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    value_json: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class VHostLimit(Base):
+    """A vhost limit (``max-connections``, ``max-queues``); a negative value means no limit."""
+
+    __tablename__ = "vhost_limits"
+    vhost: Mapped[str] = mapped_column(String, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class UserLimit(Base):
+    """A user limit (``max-connections``, ``max-channels``); a negative value means no limit."""
+
+    __tablename__ = "user_limits"
+    user: Mapped[str] = mapped_column(String, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class TopicPermission(Base):
+    """A user's topic permission on one exchange of a vhost: routing-key patterns."""
+
+    __tablename__ = "topic_permissions"
+    user: Mapped[str] = mapped_column(String, primary_key=True)
+    vhost: Mapped[str] = mapped_column(String, primary_key=True)
+    exchange: Mapped[str] = mapped_column(String, primary_key=True)
+    write: Mapped[str] = mapped_column(Text, nullable=False)
+    read: Mapped[str] = mapped_column(Text, nullable=False)
+
+
 vhosts = VHost.__table__
 users = User.__table__
 permissions = Permission.__table__
@@ -148,3 +188,7 @@ bindings = Binding.__table__
 messages = Message.__table__
 stream_offsets = StreamOffset.__table__
 delayed_messages = DelayedMessage.__table__
+policies = Policy.__table__
+vhost_limits = VHostLimit.__table__
+user_limits = UserLimit.__table__
+topic_permissions = TopicPermission.__table__

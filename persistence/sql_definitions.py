@@ -13,7 +13,8 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from .models import bindings, exchanges, messages, permissions, queues, stream_offsets, users, vhosts
+from .models import (bindings, exchanges, messages, permissions, policies, queues, stream_offsets, users,
+                     vhosts)
 from .store import Definitions
 
 
@@ -91,7 +92,7 @@ class SqlDefinitions:
         with self._write() as conn:
             qids = select(queues.c.id).where(queues.c.vhost == name)
             conn.execute(delete(messages).where(messages.c.queue_id.in_(qids)))
-            for table in (bindings, queues, exchanges, permissions, stream_offsets):
+            for table in (bindings, queues, exchanges, permissions, stream_offsets, policies):
                 conn.execute(delete(table).where(table.c.vhost == name))
             conn.execute(delete(vhosts).where(vhosts.c.name == name))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
@@ -58,6 +59,7 @@ class SqlStore(SqlDefinitions, SqlMessages, SqlDelayed):
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL") -> None:
         self.url = url
         self._engine: Engine | None = None
+        self.schema_revision: str | None = None  # the alembic revision, once open
         self._dialect = make_url(url).get_backend_name()
         if self._dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"unsupported database backend {self._dialect!r} (sqlite or postgresql)")
@@ -77,6 +79,7 @@ class SqlStore(SqlDefinitions, SqlMessages, SqlDelayed):
             self._engine = _make_engine(self.url, self._sqlite_synchronous)
         with self._write() as conn:
             migrate.upgrade_connection(conn, "head")
+            self.schema_revision = MigrationContext.configure(conn).get_current_revision()
 
     def close(self) -> None:
         if self._engine is not None:

@@ -100,6 +100,13 @@ class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
             codec.short_str(msg.routing_key), msg.properties, msg.body, sess.conn.frame_max))
         self.stats_delivered += 1
         sess.broker.stats["deliver"] += 1
+        q = msg.queue  # the queue's message_stats (admin API)
+        if consumer.no_ack:
+            q.stats_deliver_no_ack += 1
+        else:
+            q.stats_deliver += 1
+        if msg.redelivered:
+            q.stats_redeliver += 1
         sess.out_pending += len(msg.body) + 96
         if sess.out_pending > OUTPUT_BUDGET:
             sess.writable = False  # resumes after the next flush
@@ -144,7 +151,7 @@ class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
             raise AMQPError(NOT_IMPLEMENTED, "immediate=true", 60, 40, hard=True)
         sess = self.session
         vhost = sess.vhost
-        sess.broker.check_write(sess, exchange)  # write permission, before the existence check
+        sess.broker.check_write(sess, exchange, routing_key)  # write (and topic) permission, before the 404
         ex = vhost.exchanges.get(exchange)
         if ex is None:
             raise AMQPError(404, f"no {vhost.describe('exchange', exchange)}", 60, 40, hard=False)
@@ -275,6 +282,7 @@ class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
             elif kind == 0:
                 self.stats_acked += 1
                 broker.stats["ack"] += 1
+                q.stats_ack += 1
                 q.settle(msg)
             else:
                 q.reject(msg)
@@ -367,11 +375,18 @@ class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
                 q.waiting_gets.append(lambda: self._retry_get(m))
                 q.maybe_refill()
                 return
+            q.stats_get_empty += 1
             self.reply(B.GetEmpty())
             return
         tag = self.next_tag
         self.next_tag += 1
         q.stats_delivered += 1
+        if m.no_ack:
+            q.stats_get_no_ack += 1
+        else:
+            q.stats_get += 1
+        if msg.redelivered:
+            q.stats_redeliver += 1
         stats = sess.broker.stats
         stats["get"] = stats.get("get", 0) + 1
         sess.conn.send_parts(codec.get_ok_frames(

@@ -41,21 +41,37 @@ class DefinitionMethods:
         pending = self.session.broker.durability.pending_definition
         if pending is None or pending.done:
             return False
-        pending.add(self._definition_stored, (reply, class_id, method_id))
+        self.reply_when_stored([pending], reply, class_id, method_id, "could not store the definition")
         return True
 
-    def _definition_stored(self, arg: tuple, ok: bool) -> None:
-        reply, class_id, method_id = arg
-        sess = self.session
-        if self.closed or sess.closed:
+    def reply_when_stored(self, waiters: list, reply, class_id: int, method_id: int, failure: str) -> None:
+        """Send ``reply`` (a method, or raw frame bytes) once every durability waiter has fired;
+        if one failed, close the connection with 541 ``failure`` instead.
+
+        The reply's place in the channel's output is held meanwhile: later replies and deliveries
+        on this channel, its close-ok and the connection's close-ok go out after it, in request
+        order (and it is sent even if the client closed the channel since)."""
+        state = [len(waiters), True, self.session.conn.hold(self.number), reply, class_id, method_id,
+                 failure]
+        for waiter in waiters:
+            waiter.add(self._stored, state)
+
+    def _stored(self, state: list, ok: bool) -> None:
+        state[0] -= 1
+        state[1] = state[1] and ok
+        if state[0]:
             return
+        _, ok, slot, reply, class_id, method_id, failure = state
+        sess = self.session
         if not ok:
-            sess.channel_error(self.number, AMQPError(
-                INTERNAL_ERROR, "could not store the definition", class_id, method_id, hard=True))
-        elif isinstance(reply, (bytes, bytearray)):
-            sess.conn.send_raw(reply)
+            sess.conn.fill(slot)
+            if not (self.closed or sess.closed):
+                sess.channel_error(self.number, AMQPError(INTERNAL_ERROR, failure, class_id, method_id,
+                                                          hard=True))
         else:
-            sess.conn.send_method(self.number, reply)
+            if not isinstance(reply, (bytes, bytearray)):
+                reply = codec.method_frame(self.number, reply)
+            sess.conn.fill(slot, bytes(reply))
         sess.mark_dirty()
 
     def queue_name(self, name: str, cid: int, mid: int) -> str:
@@ -83,14 +99,14 @@ class DefinitionMethods:
 
     def _exchange_bind(self, m) -> None:
         sess = self.session
-        perms.binding(sess, "exchange", m.destination, m.source)
+        perms.binding(sess, "exchange", m.destination, m.source, m.routing_key)
         sess.vhost.bind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 30, sess)
         if not m.nowait:
             self.reply(E.BindOk())
 
     def _exchange_unbind(self, m) -> None:
         sess = self.session
-        perms.binding(sess, "exchange", m.destination, m.source)
+        perms.binding(sess, "exchange", m.destination, m.source, m.routing_key)
         sess.vhost.unbind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 40,
                           sess)
         if not m.nowait:
@@ -123,7 +139,7 @@ class DefinitionMethods:
         name = self.queue_name(m.queue, 50, 20)
         if m.queue == "" and rk == "":
             rk = name
-        perms.binding(sess, "queue", name, m.exchange)
+        perms.binding(sess, "queue", name, m.exchange, rk)
         sess.vhost.bind(m.exchange, "queue", name, rk, m.arguments, 50, 20, sess)
         if not m.nowait:
             self.reply(Q.BindOk())
@@ -131,7 +147,7 @@ class DefinitionMethods:
     def _queue_unbind(self, m) -> None:
         sess = self.session
         name = self.queue_name(m.queue, 50, 50)
-        perms.binding(sess, "queue", name, m.exchange)
+        perms.binding(sess, "queue", name, m.exchange, m.routing_key)
         sess.vhost.unbind(m.exchange, "queue", name, m.routing_key, m.arguments, 50, 50, sess)
         self.reply(Q.UnbindOk())
 

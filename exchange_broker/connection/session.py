@@ -4,6 +4,12 @@ channels asked the protocol to emit goes to the socket once per event-loop turn.
 
 No asyncio here either: the server hands us bytes and a ``write``/``close`` pair; the flush is
 scheduled on the broker's clock. Credit flow and resource alarms pause reading this client.
+
+Order: each event is handled before the next frame is parsed, so replies leave in the order of
+the requests. A closing channel's close-ok waits for its last confirms (the store's commit), and
+the connection's close-ok for every channel's and every held reply; the transport is closed only
+once the close-ok is written (and, after the client's close, once the client hung up or a short
+linger passed, so that input still in flight cannot reset the connection under the close-ok).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from pamqp import commands
 from pamqp import decode as pdecode
 
 from exchange_broker.connection.channel import Channel
+from exchange_broker.core.names import logsafe
+from exchange_broker.protocol import codec
 from exchange_broker.protocol import events as ev
 from exchange_broker.protocol.connection import ServerConnection
 from exchange_broker.protocol.constants import ACCESS_REFUSED, INTERNAL_ERROR
@@ -22,11 +30,28 @@ from exchange_broker.protocol.errors import AMQPError
 
 log = logging.getLogger("exchange_broker.session")
 
+CLOSE_LINGER = 5.0    # after our close-ok: seconds the client has to hang up before we do
+ABRUPT_LINGER = 0.25  # after input that cannot be framed: just long enough to drain what is in flight
+
+
+def certificate_cn(cert: dict | None) -> str | None:
+    """The user name EXTERNAL takes from a verified client certificate: its subject's common name
+    (several are joined with ",", as RabbitMQ's rabbitmq_auth_mechanism_ssl does)."""
+    if not cert:
+        return None
+    names = [value for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"]
+    return ",".join(names) if names else None
+
 class Session:
     def __init__(self, broker, write: Callable[[bytes], None], close: Callable[[], None],
                  peer: tuple = ("", 0), *, limits: dict | None = None, name: str = "",
-                 set_reading: Callable[[bool], None] = lambda on: None) -> None:
+                 set_reading: Callable[[bool], None] = lambda on: None,
+                 linger: Callable[[float], None] | None = None,
+                 peer_cert: dict | None = None) -> None:
         self.broker = broker
+        self._linger = linger            # close the transport after reading (and dropping) input for N s
+        self.peer_cert_cn = certificate_cn(peer_cert)  # a verified TLS client certificate's CN
+        self.auth_mechanism = ""
         self._set_reading = set_reading
         self.throttled_by: set = set()   # queues whose congestion pauses reading from this client
         self.reading = True
@@ -36,8 +61,10 @@ class Session:
         self._close_transport = close
         self.peer = peer
         self.name = name or f"{peer[0]}:{peer[1]}"
-        limits = limits or {}
-        self.conn = ServerConnection(self._authenticate, broker.open_vhost, broker.server_properties(),
+        limits = dict(limits or {})
+        if self.peer_cert_cn is not None:  # EXTERNAL only where a verified certificate names the user
+            limits["mechanisms"] = "PLAIN AMQPLAIN EXTERNAL"
+        self.conn = ServerConnection(self._authenticate, self._open_vhost, broker.server_properties(),
                                      **limits)
         self.channels: dict[int, Channel] = {}
         self.vhost = None
@@ -51,6 +78,10 @@ class Session:
         self._confirm_flush: list[Channel] = []
         self.client_properties: dict = {}
         self._call_soon = broker.clock.call_soon
+        # closed channels whose publishes await the store: their place in the output (confirms
+        # go in there) and the close-ok that ends it
+        self._draining: dict[Channel, tuple] = {}
+        self._finish: float | None = None     # close the transport once the output is out (linger s)
 
     # -- plumbing ------------------------------------------------------------------------------
     def mark_dirty(self) -> None:
@@ -68,7 +99,12 @@ class Session:
         if self._confirm_flush:
             chans, self._confirm_flush = self._confirm_flush, []
             for ch in chans:
-                ch.flush_confirms()
+                if ch.closed and ch in self._draining:
+                    self._draining_ack(ch)
+                else:
+                    ch.flush_confirms()
+        if self._draining:
+            self._check_drained()
         data = self.conn.data_to_send()
         if data and not self.closed:
             self._write(data)
@@ -76,11 +112,51 @@ class Session:
         if not self.writable and not self.paused and not self.closed:
             self.writable = True
             self._redispatch()
+        if self._finish is not None and not self.closed and not self.conn.held:
+            self._finish_now()
+
+    # -- closing in order ------------------------------------------------------------------------
+    def _draining_ack(self, ch: Channel) -> None:
+        """A channel the client closed while publishes awaited the store: their acks still go out,
+        in its held place (ahead of its close-ok and of a channel reopened with its number)."""
+        if ch.ack_upto:
+            self.conn.put(self._draining[ch][0], codec.ack_frame(ch.number, ch.ack_upto, True))
+            ch.ack_upto = 0
+
+    def _drain(self, ch: Channel, close_ok: bytes | None) -> None:
+        """Close ``ch`` now (consumers cancelled, unacked requeued); its close-ok (and the
+        connection's) waits until the store confirmed what was published on it: its confirms
+        go into a held place of the output, the close-ok ends it."""
+        ch.flush_confirms()
+        ch.close()
+        if ch.unconfirmed:
+            self._draining[ch] = (self.conn.hold(ch.number, capturing=True), close_ok)
+        elif close_ok is not None:
+            self.conn.send_raw(close_ok)
+
+    def _check_drained(self) -> None:
+        for ch, (slot, close_ok) in list(self._draining.items()):
+            if ch.unconfirmed:
+                continue
+            self._draining_ack(ch)
+            del self._draining[ch]
+            self.conn.fill(slot, close_ok or b"")
+
+    def _finish_now(self) -> None:
+        linger, self._finish = self._finish, None
+        self.closed = True
+        if linger and self._linger is not None:
+            self._linger(linger)
+        else:
+            self._close_transport()
 
     def _authenticate(self, mechanism: str, response: bytes) -> str:
         user, password = "", ""
+        self.auth_mechanism = mechanism
         try:
-            if mechanism == "PLAIN":
+            if mechanism == "EXTERNAL":  # the user is the certificate's; the response is not used
+                user, password = self.peer_cert_cn or "", None
+            elif mechanism == "PLAIN":
                 parts = response.split(b"\x00")
                 if len(parts) != 3:
                     raise ValueError("PLAIN response must be authzid NUL user NUL password")
@@ -91,26 +167,35 @@ class Session:
                 user = user.decode() if isinstance(user, bytes) else str(user)
                 password = password.decode() if isinstance(password, bytes) else str(password)
         except Exception as exc:
+            log.info("login refused on connection %s: malformed %s response", self.name, mechanism)
             raise AMQPError(ACCESS_REFUSED, f"malformed {mechanism} login response: {exc}",
                             10, 11, hard=True) from None
         host = self.peer[0] if self.peer else ""
         loopback = host.startswith("127.") or host in ("::1", "localhost", "") or host.startswith("::ffff:127.")
-        return self.broker.authenticate(user, password, loopback, mechanism)
+        try:
+            return self.broker.authenticate(user, password, loopback, mechanism)
+        except AMQPError as err:  # as RabbitMQ: the client is told to see the log, so it says why
+            log.info("login refused on connection %s: user '%s', mechanism %s: %s", self.name,
+                     logsafe(user), mechanism, logsafe(err.text))
+            raise
+
+    def _open_vhost(self, user: str, vhost: str) -> None:
+        try:
+            self.broker.open_vhost(user, vhost)
+        except AMQPError as err:
+            log.info("connection %s refused: user '%s', vhost '%s': %s", self.name, logsafe(user),
+                     logsafe(vhost), logsafe(err.text))
+            raise
 
     # -- input ---------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        try:
-            events = self.conn.receive_data(data)
-        except Exception:  # a bug must never take the server down; close this connection only
-            log.exception("internal error parsing input from %s", self.name)
-            self._handle_closing(self.conn.close(INTERNAL_ERROR, "internal error"))
-            self.mark_dirty()
-            return
+        events = self.conn.events(data)  # one frame at a time: each handled before the next is read
         try:
             for event in events:
                 self._handle(event)
         except Exception:  # a bug must never take the server down; close this connection only
-            log.exception("internal error handling input from %s", self.name)
+            events.close()
+            log.exception("internal error on connection %s", self.name)
             self._handle_closing(self.conn.close(INTERNAL_ERROR, "internal error"))
         self.mark_dirty()
 
@@ -127,24 +212,34 @@ class Session:
             elif t is ev.Method:
                 self.channels[event.channel].handle(event.method)
             elif t is ev.ChannelOpened:
+                self.broker.check_channel_open(self, len(self.channels))  # the user's max-channels
+                for old, (slot, _) in self._draining.items():
+                    if old.number == event.channel:  # reopened before its close-ok: queue behind
+                        self.conn.seal(slot)
                 self.channels[event.channel] = Channel(self, event.channel)
             elif t is ev.ChannelClosed:
                 ch = self.channels.pop(event.channel, None)
                 if ch is not None:
-                    ch.close()
+                    self._drain(ch, event.reply)  # its close-ok once its confirms are out
+                    event.reply = None
             elif t is ev.Opened:
                 self.vhost = self.broker.vhosts[event.vhost]
                 self.user = event.user
                 self.client_properties = event.client_properties
                 self.broker.sessions.add(self)
-                log.info("connection %s opened: user '%s', vhost '%s'", self.name, event.user, event.vhost)
+                log.info("connection %s opened: user '%s', vhost '%s', mechanism %s", self.name,
+                         logsafe(event.user), logsafe(event.vhost), self.auth_mechanism)
             elif t is ev.Closing:
-                self._handle_closing(event)
+                if event.by_client:
+                    self._client_close(event)
+                else:
+                    self._handle_closing(event)
             elif t is ev.Closed:
-                self._handle_closing(None)
+                self._handle_closing(None, drop_draining=not self._client_closed)
+                # after our close-ok the client hangs up; after its close-ok (or garbage) we do
+                self._finish = ABRUPT_LINGER if event.abrupt else \
+                    CLOSE_LINGER if self._client_closed else 0.0
                 self.flush()
-                self.closed = True
-                self._close_transport()
         except AMQPError as err:
             self._error(getattr(event, "channel", 0), err)
         except KeyError:
@@ -155,21 +250,36 @@ class Session:
 
     def _error(self, channel: int, err: AMQPError) -> None:
         if err.hard or channel == 0 or channel not in self.channels:
-            log.info("closing connection %s: %s", self.name, err)
+            log.info("closing connection %s: %s", self.name, logsafe(err))
             self._handle_closing(self.conn.close(err.code, err.text, err.class_id, err.method_id))
         else:
-            log.info("closing channel %d on %s: %s", channel, self.name, err)
+            log.info("closing channel %d on connection %s: %s", channel, self.name, logsafe(err))
             ch = self.channels.pop(channel)
             ch.flush_confirms()
             self.conn.close_channel(channel, err)
             ch.close()
         self.mark_dirty()
 
-    def _handle_closing(self, event) -> None:
+    _client_closed = False
+
+    def _client_close(self, event: ev.Closing) -> None:
+        """connection.close from the client: close-ok once every channel's confirms are out."""
+        self._client_closed = True
+        log.info("closing connection %s (user '%s', vhost '%s'): closed by the client: %d %s",
+                 self.name, logsafe(self.user or ""), logsafe(self.vhost.name if self.vhost else ""),
+                 event.code, logsafe(event.text))
+        for ch in list(self.channels.values()):
+            self._drain(ch, None)  # the close-ok (sent by the protocol) waits for what they hold
+        self.channels.clear()
+        self._handle_closing(event, drop_draining=False)
+
+    def _handle_closing(self, event, drop_draining: bool = True) -> None:
         """Release every resource of this connection (idempotent)."""
         for ch in list(self.channels.values()):
             ch.close()
         self.channels.clear()
+        if drop_draining:  # the close is ours (or the socket is gone): no close-ok to wait for
+            self._draining.clear()
         for q in list(self.exclusive_queues):
             vh = self.broker.vhosts.get(q.vhost)
             if vh is not None:
@@ -181,11 +291,21 @@ class Session:
         self.broker.sessions.discard(self)
 
     def connection_lost(self) -> None:
+        if not self.closed and self._finish is None and self.conn.state not in ("closed", "header"):
+            if self.conn.state == "opened":
+                log.info("closing connection %s (user '%s', vhost '%s'): client unexpectedly "
+                         "closed TCP connection", self.name, logsafe(self.user or ""),
+                         logsafe(self.vhost.name if self.vhost else ""))
+            elif self.conn.state != "closing":
+                log.info("closing connection %s: client closed TCP connection during the handshake",
+                         self.name)
         self._handle_closing(None)
         self.closed = True
 
     def server_close(self, code: int, text: str) -> None:
         """Broker-initiated close (shutdown 320, admin API, heartbeat)."""
+        if self.conn.state not in ("closing", "closed"):
+            log.info("closing connection %s: %d %s", self.name, code, logsafe(text))
         self._handle_closing(self.conn.close(code, text))
         self.mark_dirty()
 

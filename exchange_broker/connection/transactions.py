@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pamqp import commands
 
-from exchange_broker.protocol.constants import INTERNAL_ERROR, PRECONDITION_FAILED
+from exchange_broker.protocol.constants import PRECONDITION_FAILED
 from exchange_broker.protocol.errors import AMQPError
 
 
@@ -37,23 +37,8 @@ class TransactionMethods:
             self.reply(commands.Tx.CommitOk())
             return
         # commit-ok only once every persistent message of the transaction is stored
-        state = {"left": len(pending), "ok": True}
-        sess = self.session
-
-        def done(_arg, ok: bool) -> None:
-            state["left"] -= 1
-            state["ok"] = state["ok"] and ok
-            if state["left"] == 0 and not self.closed:
-                if state["ok"]:
-                    self.reply(commands.Tx.CommitOk())
-                else:
-                    sess.channel_error(self.number, AMQPError(
-                        INTERNAL_ERROR, "could not store the transaction's messages", 90, 20,
-                        hard=True))
-                sess.mark_dirty()
-
-        for w in pending:
-            w.add(done, None)
+        self.reply_when_stored(pending, commands.Tx.CommitOk(), 90, 20,
+                               "could not store the transaction's messages")
 
     def _tx_rollback(self, m) -> None:
         if not self.tx:

@@ -13,6 +13,7 @@ import platform
 from typing import Callable
 
 from exchange_broker import __version__
+from exchange_broker.core import limits
 from exchange_broker.core import permissions as perms
 from exchange_broker.core import users as users_mod
 from exchange_broker.core.auth import HASHING_SHA256, User, hash_password
@@ -54,6 +55,10 @@ class Broker:
         self.vhosts: dict[str, VHost] = {}
         self.users: dict[str, User] = {}
         self.permissions: dict[tuple[str, str], tuple[str, str, str]] = {}
+        # (user, vhost) -> {exchange: (write, read)}: core/permissions.py; limits: core/limits.py
+        self.topic_permissions: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
+        self.vhost_limits: dict[str, dict[str, int]] = {}
+        self.user_limits: dict[str, dict[str, int]] = {}
         self.sessions: set[Connection] = set()   # open AMQP connections (connection/session.py)
         self.durability = durability or NullDurability()
         self.clock: Clock = clock or NoClock()
@@ -113,14 +118,22 @@ class Broker:
 
     def delete_user(self, name: str) -> bool:
         """Remove the user and its permissions; its connections are closed with 320."""
-        return users_mod.delete_user(self, name)
+        if not users_mod.delete_user(self, name):
+            return False
+        perms.forget_topic_permissions(self, user=name)
+        limits.forget_user(self, name)
+        return True
 
     def clear_permissions(self, user: str, vhost: str) -> bool:
         return users_mod.clear_permissions(self, user, vhost)
 
     def delete_vhost(self, name: str) -> bool:
         """Close its connections (320), drop its queues, exchanges and permissions."""
-        return users_mod.delete_vhost(self, name)
+        if not users_mod.delete_vhost(self, name):
+            return False
+        perms.forget_topic_permissions(self, vhost=name)
+        limits.forget_vhost(self, name)
+        return True
 
     def make_queue(self, vhost: VHost, name: str, durable: bool, owner, auto_delete: bool,
                    arguments: dict) -> QueueType:
@@ -142,10 +155,12 @@ class Broker:
         return q
 
     # -- authentication ------------------------------------------------------------------------
-    def authenticate(self, username: str, password: str, peer_is_loopback: bool,
+    def authenticate(self, username: str, password: str | None, peer_is_loopback: bool,
                      mechanism: str = "PLAIN") -> str:
+        """The user name, or 403. ``password`` None: EXTERNAL, the user was vouched for by a
+        verified TLS client certificate and only has to exist."""
         user = self.users.get(username)
-        if user is None or not user.check(password):
+        if user is None or (password is not None and not user.check(password)):
             raise AMQPError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                             f"{mechanism}. For details see the broker logfile.", 10, 11, hard=True)
         if username in self.loopback_users and not peer_is_loopback:  # RabbitMQ's loopback_users
@@ -157,15 +172,25 @@ class Broker:
         if self.max_connections and len(self.sessions) >= self.max_connections:
             raise AMQPError(NOT_ALLOWED, f"connection refused: node connection limit "
                             f"({self.max_connections}) is reached", 10, 40, hard=True)
+        limits.check_connection(self, user, vhost)  # vhost and user max-connections (530)
         if vhost not in self.vhosts:
             raise AMQPError(NOT_ALLOWED, f"vhost {vhost} not found", 10, 40, hard=True)
         if (user, vhost) not in self.permissions:
             raise AMQPError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{user}'",
                             10, 40, hard=True)
 
-    def check_write(self, session: Connection, exchange: str) -> None:
-        """basic.publish: write permission on the exchange (403 before the 404, as RabbitMQ)."""
+    def check_write(self, session: Connection, exchange: str, routing_key: str | None = None) -> None:
+        """basic.publish: write permission on the exchange (403 before the 404, as RabbitMQ), then
+        the topic permission's write pattern on the routing key (topic exchanges only)."""
         perms.check(session, perms.WRITE, "exchange", exchange)
+        if routing_key is not None and self.topic_permissions:
+            perms.check_topic(session, exchange, routing_key, perms.WRITE)
+
+    def check_channel_open(self, session: Connection, open_here: int) -> None:
+        """channel.open: the user's max-channels limit (530), ``open_here`` channels being open
+        on ``session``."""
+        if self.user_limits:
+            limits.check_channel_open(self, session, open_here)
 
     # -- publish path --------------------------------------------------------------------------
     def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
@@ -173,6 +198,7 @@ class Broker:
                 ) -> tuple[bool, Waiter | None, bool]:
         """Route and enqueue. Returns (routed, durability waiter or None, rejected)."""
         self.stats["publish"] += 1
+        ex.stats_in += 1  # the exchange's publish_in (admin API message_stats)
         if ex.holds_messages:  # x-delayed-message
             held = self.delayed.publish(vhost, ex, msg)  # None: no (valid) x-delay, route now
             if held is not None:
@@ -186,6 +212,7 @@ class Broker:
         if not queues:
             self.stats["return_unroutable"] += 1
             return False, None, False
+        ex.stats_out += len(queues)  # publish_out: one per queue reached, as RabbitMQ counts it
         return self.enqueue(queues, msg, publisher, per_message_ttl)
 
     def enqueue(self, queues: list[QueueType], msg: Message, publisher: Connection | None = None,

@@ -331,6 +331,7 @@ class DelayedExchanges:
             dm, prio, flags = codec.quick_properties(properties)
             m = Message(ex.name, routing_key, properties, body, dm == 2, prio)
             broker.stats["publish"] -= 1  # counted when the client published it
+            ex.stats_in -= 1  # so is the exchange's publish_in
             self._releasing = True
             try:
                 ttl = None  # per-message TTL runs from the enqueue, i.e. from now

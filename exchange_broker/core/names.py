@@ -25,3 +25,19 @@ def generated(prefix: str) -> str:
 
 def describe(kind: str, name: str, vhost: str) -> str:
     return f"{kind} '{name}' in vhost '{vhost}'"
+
+
+def logsafe(value) -> str:
+    """A name a client sent, for the log: control characters (newline, escape, ...) escaped, so
+    that no name can start a forged log line."""
+    text = value if isinstance(value, str) else str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    n = ord(c)
+    if c in "\n\r\t":
+        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}[c]
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"

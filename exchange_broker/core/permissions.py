@@ -32,6 +32,16 @@ basic.get / basic.consume                                                      q
 A refusal is a channel error 403 ACCESS_REFUSED, ``access to queue 'q' in vhost '/' refused for
 user 'u'``; it comes before the existence check (a missing queue the user may not read is 403,
 not 404), as in RabbitMQ.
+
+Topic permissions (RabbitMQ's ``/api/topic-permissions``) narrow what a user may do with routing
+keys on a *topic* exchange, per (user, vhost, exchange): a ``write`` pattern the routing key of
+every basic.publish to that exchange must match, and a ``read`` pattern the binding key of every
+queue.bind / exchange.bind / unbind from it must match; refused with 403 ``access to topic 'key'
+in exchange 'x' in vhost 'v' refused for user 'u'``. An exchange without an entry is not
+restricted; an exchange of another type is never checked. ``{username}`` and ``{vhost}`` in a
+pattern are replaced by the user's and vhost's names (escaped, so a name is matched literally;
+RabbitMQ inserts them as they are). The empty pattern matches only the empty key (RabbitMQ's
+``^$``). The search is unanchored, as for resource permissions.
 """
 
 from __future__ import annotations
@@ -158,10 +168,99 @@ def queue_declare(sess: Connection, name: str, arguments: dict | None) -> None:
             check(sess, WRITE, "exchange", dlx)
 
 
-def binding(sess: Connection, dest_kind: str, dest: str, source: str) -> None:
+def binding(sess: Connection, dest_kind: str, dest: str, source: str,
+            routing_key: str | None = None) -> None:
     """queue.bind/unbind and exchange.bind/unbind: write on the destination, read on the source.
-    Binding from or to the default exchange is refused in between, as RabbitMQ orders it."""
+    Binding from or to the default exchange is refused in between, as RabbitMQ orders it; then,
+    when the source is a topic exchange, the topic permission's read pattern on the binding key."""
     check(sess, WRITE, dest_kind, dest)
     if source == "" or (dest_kind == "exchange" and dest == ""):
         raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange", hard=False)
     check(sess, READ, "exchange", source)
+    if routing_key is not None:
+        check_topic(sess, source, routing_key, READ)
+
+
+# -- topic permissions -----------------------------------------------------------------------------
+
+TOPIC_NAMES = ("write", "read")  # the two patterns of a topic permission, in this order
+
+
+def _expand(pattern: str, user: str, vhost: str) -> str:
+    if "{" not in pattern:
+        return pattern
+    return pattern.replace("{username}", re.escape(user)).replace("{vhost}", re.escape(vhost))
+
+
+def topic_matches(pattern: str, key: str, user: str, vhost: str) -> bool:
+    """Does ``key`` satisfy a topic permission pattern (variables expanded; ``""`` is ``^$``)?"""
+    if pattern == "":
+        return key == ""
+    rx = _compiled(_expand(pattern, user, vhost))
+    return rx is not None and rx.search(key) is not None
+
+
+def topic_allowed(broker, user: str, vhost: str, exchange, routing_key: str, perm: int) -> bool:
+    """``perm`` is WRITE (publish) or READ (bind); ``exchange`` is the Exchange object."""
+    if exchange.type != "topic":
+        return True
+    entries = broker.topic_permissions.get((user, vhost))
+    entry = entries.get(exchange.name) if entries else None
+    if entry is None:
+        return True
+    return topic_matches(entry[0 if perm == WRITE else 1], routing_key, user, vhost)
+
+
+def topic_refused(user: str, vhost: str, exchange: str, routing_key: str) -> AMQPError:
+    return AMQPError(ACCESS_REFUSED, f"access to topic '{routing_key}' in exchange "
+                     f"'{resource_name('exchange', exchange)}' in vhost '{vhost}' refused for user "
+                     f"'{user}'", hard=False)
+
+
+def check_topic(sess: Connection, exchange: str, routing_key: str, perm: int) -> None:
+    """403 unless the session's user may publish (WRITE) or bind (READ) ``routing_key`` on the
+    named exchange. Free when no topic permission is set anywhere (the publish hot path)."""
+    broker = sess.broker
+    if not broker.topic_permissions:
+        return
+    vh = sess.vhost
+    ex = vh.exchanges.get(exchange)
+    if ex is None or (perm == WRITE and ex.internal):
+        return  # the caller answers 404 / the internal-exchange 403 next, as RabbitMQ orders it
+    if not topic_allowed(broker, sess.user, vh.name, ex, routing_key, perm):
+        raise topic_refused(sess.user, vh.name, exchange, routing_key)
+
+
+def set_topic_permission(broker, user: str, vhost: str, exchange: str, write: str, read: str,
+                         store: bool = True) -> bool:
+    """Set the (user, vhost, exchange) entry; True when the user had none in the vhost."""
+    key = (user, vhost)
+    entries = broker.topic_permissions.get(key)
+    was_new = not entries
+    if entries is None:
+        entries = broker.topic_permissions[key] = {}
+    entries[exchange] = (write, read)
+    if store:
+        broker.durability.topic_permission_set(user, vhost, exchange, write, read)
+    return was_new
+
+
+def clear_topic_permissions(broker, user: str, vhost: str, exchange: str | None = None) -> bool:
+    """Remove one exchange's entry, or all of the user's in the vhost (False: there was none)."""
+    key = (user, vhost)
+    entries = broker.topic_permissions.get(key)
+    if not entries:
+        return False
+    names = list(entries) if exchange is None else [exchange] if exchange in entries else []
+    for name in names:
+        del entries[name]
+        broker.durability.topic_permission_cleared(user, vhost, name)
+    if not entries:
+        del broker.topic_permissions[key]
+    return bool(names) or exchange is not None
+
+
+def forget_topic_permissions(broker, *, user: str | None = None, vhost: str | None = None) -> None:
+    """A user or vhost is deleted: its topic permissions go with it (and from the store)."""
+    for u, v in [k for k in broker.topic_permissions if k[0] == user or k[1] == vhost]:
+        clear_topic_permissions(broker, u, v)

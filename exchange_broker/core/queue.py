@@ -39,6 +39,9 @@ class QueueType:
         self.store_id: int | None = None       # row id in the durable store
         self.stats_published = 0
         self.stats_delivered = 0
+        # per-delivery counters (the channel counts them; admin API message_stats)
+        self.stats_deliver = self.stats_deliver_no_ack = self.stats_get = self.stats_get_no_ack = 0
+        self.stats_get_empty = self.stats_ack = self.stats_redeliver = 0
         self.flow_blocked: set = set()         # publishers paused until this queue drains
         self.waiting_gets: list[Callable[[], None]] = []  # basic.get retries (paged queues)
         self.on_empty_consumers: Callable[["QueueType"], None] | None = None

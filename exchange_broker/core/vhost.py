@@ -9,7 +9,9 @@ from __future__ import annotations
 import routing
 
 from exchange_broker.core.exchange import Exchange, make_index
+from exchange_broker.core.limits import check_queue_count
 from exchange_broker.core.names import check_name, describe, generated
+from exchange_broker.core.policies import VHostPolicies
 from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, NOT_FOUND, PRECONDITION_FAILED,
                                  RESOURCE_LOCKED)
 from exchange_broker.protocol.errors import AMQPError
@@ -72,6 +74,7 @@ class VHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueType] = {}
         self.headers_exchanges = 0
+        self.policies = VHostPolicies(self)  # policies and operator policies (core/policies.py)
         default = Exchange(name, "", "direct", durable=True,
                            index=routing.DefaultIndex(self.queues.__contains__))
         self.exchanges[""] = default
@@ -141,6 +144,7 @@ class VHost:
         index = make_index(type, arguments)
         ex = Exchange(self.name, name, type, durable, auto_delete, internal, arguments, index=index)
         self._add_exchange(ex)
+        self.policies.apply_exchange(ex)
         if durable:
             self.broker.durability.exchange_declared(ex)
         return ex
@@ -294,9 +298,12 @@ class VHost:
                                     f"{_arg_mismatch(got, have)}", cid, mid, hard=False)
             existing.touch()
             return existing
+        if self.broker.vhost_limits:
+            check_queue_count(self.broker, self, name)  # max-queues (406)
         q = self.broker.make_queue(self, name, durable, owner if exclusive else None, auto_delete,
                                    arguments)
         self.queues[name] = q
+        self.policies.apply_queue(q)
         if durable:
             self.broker.durability.queue_declared(q)
         return q

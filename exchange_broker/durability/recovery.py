@@ -6,10 +6,13 @@ import logging
 
 from pamqp import decode as pdecode
 
+from exchange_broker.core import limits, permissions
 from exchange_broker.core.broker import Broker
 from exchange_broker.core.exchange import Exchange, make_index
 from exchange_broker.durability.sql import SqlDurability, message_from_row
 from exchange_broker.core.users import restore_access
+from persistence import limits_store
+from persistence.sql_policies import delete_vhost_policies, load_policies
 
 log = logging.getLogger("exchange_broker.recovery")
 
@@ -62,11 +65,54 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
             continue
         ex.index.bind((kind, b["destination"]), b["routing_key"], decode_args(b["arguments"]))
         counts["bindings"] += 1
+    counts["policies"] = restore_policies(broker, durability)
+    restore_limits_and_topics(broker, durability)
     # messages last: one that expired while the broker was down is dead-lettered now, and its
     # dead-letter exchange, bindings and queue must all be back by then
     for q in to_page:
         rows = store.load_messages(q.store_id, q.page_cursor, min(q.window or q.paged, q.paged))
         q.refilled([message_from_row(q, row) for row in rows], q.page_epoch)
     log.info("recovered %(vhosts)d vhosts, %(exchanges)d exchanges, %(queues)d queues, "
-             "%(bindings)d bindings, %(messages)d messages", counts)
+             "%(bindings)d bindings, %(policies)d policies, %(messages)d messages", counts)
     return counts
+
+
+def restore_policies(broker: Broker, durability: SqlDurability) -> int:
+    """Policies and operator policies back into their vhosts, then applied to what is restored
+    (before messages are paged in). Rows of a vhost that is gone are dropped from the store."""
+    n = 0
+    gone = set()
+    for row in load_policies(durability.store):
+        vh = broker.vhosts.get(row["vhost"])
+        if vh is None:
+            gone.add(row["vhost"])
+            continue
+        if vh.policies.restore(row["kind"], row["name"], row["value"]) is not None:
+            n += 1
+    for name in gone:
+        durability.write(lambda s, name=name: delete_vhost_policies(s, name))
+    for vh in broker.vhosts.values():
+        vh.policies.apply_all()
+    return n
+
+
+def restore_limits_and_topics(broker: Broker, durability: SqlDurability) -> None:
+    """Vhost limits, user limits and topic permissions; rows whose vhost or user is gone are
+    dropped from the store."""
+    stored = limits_store.load(durability.store)
+    for r in stored.vhost_limits:
+        if r["vhost"] in broker.vhosts:
+            limits.set_vhost_limit(broker, r["vhost"], r["name"], r["value"], store=False)
+        else:
+            durability.vhost_limit_cleared(r["vhost"], r["name"])
+    for r in stored.user_limits:
+        if r["user"] in broker.users:
+            limits.set_user_limit(broker, r["user"], r["name"], r["value"], store=False)
+        else:
+            durability.user_limit_cleared(r["user"], r["name"])
+    for r in stored.topic_permissions:
+        if r["user"] in broker.users and r["vhost"] in broker.vhosts:
+            permissions.set_topic_permission(broker, r["user"], r["vhost"], r["exchange"], r["write"],
+                                             r["read"], store=False)
+        else:
+            durability.topic_permission_cleared(r["user"], r["vhost"], r["exchange"])

@@ -18,12 +18,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Callable
 
 from pamqp import encode as pencode
 
+from persistence import limits_store, sql_policies
 from persistence.store import StoredMessage
 from persistence.writer import GroupCommitWriter
 
@@ -206,6 +208,33 @@ class SqlDurability(DelayedWrites):
         args = encode_args(arguments)
         self.write(lambda s: s.delete_binding(vhost, source, dest, dest_type, routing_key, args))
 
+    # policies and operator policies (core/policies.py)
+    def policy_set(self, policy) -> None:
+        kind, vhost, name, value = policy.kind, policy.vhost, policy.name, json.dumps(policy.value())
+        self.write(lambda s: sql_policies.put_policy(s, kind, vhost, name, value))
+
+    def policy_cleared(self, kind: str, vhost: str, name: str) -> None:
+        self.write(lambda s: sql_policies.delete_policy(s, kind, vhost, name))
+
+    # topic permissions (core/permissions.py), vhost and user limits (core/limits.py)
+    def topic_permission_set(self, user: str, vhost: str, exchange: str, write: str, read: str) -> None:
+        self.write(lambda s: limits_store.put_topic_permission(s, user, vhost, exchange, write, read))
+
+    def topic_permission_cleared(self, user: str, vhost: str, exchange: str) -> None:
+        self.write(lambda s: limits_store.delete_topic_permission(s, user, vhost, exchange))
+
+    def vhost_limit_set(self, vhost: str, name: str, value: int) -> None:
+        self.write(lambda s: limits_store.put_vhost_limit(s, vhost, name, value))
+
+    def vhost_limit_cleared(self, vhost: str, name: str) -> None:
+        self.write(lambda s: limits_store.delete_vhost_limit(s, vhost, name))
+
+    def user_limit_set(self, user: str, name: str, value: int) -> None:
+        self.write(lambda s: limits_store.put_user_limit(s, user, name, value))
+
+    def user_limit_cleared(self, user: str, name: str) -> None:
+        self.write(lambda s: limits_store.delete_user_limit(s, user, name))
+
     # -- paging: reads off the loop ----------------------------------------------------------------
     refill_batch = 5000
 
@@ -213,6 +242,7 @@ class SqlDurability(DelayedWrites):
         """Let a durable queue page: held messages are evicted after commits, refills read rows back."""
         if not q.pages_to_store:  # e.g. a stream: it reads its log back itself
             return
+        q.page_window = window
         q.window = window if q.pageable else 0
         q.refill = self.refill
         self.paging_queues.add(q)

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from urllib.parse import quote
 
+import fastapi_offline
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exchange_broker import __version__
 from exchange_broker.management import (bindings, connections, definitions, exchanges, messages, metrics,
-                                        overview, permissions, queues, streams, users, vhosts)
+                                        overview, permissions, policies, queues, streams, users, vhosts)
+from exchange_broker.management import health, limits, topic_permissions
 from exchange_broker.management.auth import REALM
 from exchange_broker.management.common import AdminContext, ServiceError
 
@@ -28,7 +33,7 @@ _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 
 # in this order (a path's first route answers 405 for the other methods, with its Allow header)
 RESOURCES = (overview, metrics, vhosts, permissions, users, streams, exchanges, bindings, messages, queues,
-             connections, definitions)
+             connections, definitions, policies, health, limits, topic_permissions)
 
 
 class _RawPath:
@@ -101,14 +106,28 @@ async def _validation_error(request: Request, exc: RequestValidationError):
     return JSONResponse({"error": "bad_request", "reason": reasons}, status_code=400)
 
 
+def _docs(app: FastAPI) -> None:
+    """``/api/docs``: Swagger UI from files installed with the broker (the fastapi-offline
+    package ships them), never from a CDN, so the page works on a machine without internet.
+    Every URL in the page is relative to it (also behind a proxy that adds a path prefix)."""
+    static = Path(fastapi_offline.__file__).resolve().parent / "static"
+    app.mount("/api/docs/static", StaticFiles(directory=static), name="docs-static")
+
+    @app.get("/api/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="openapi.json", title=f"{app.title} - Swagger UI",
+                                   swagger_js_url="docs/static/swagger-ui-bundle.js",
+                                   swagger_css_url="docs/static/swagger-ui.css",
+                                   swagger_favicon_url="docs/static/favicon.png", oauth2_redirect_url=None)
+
+
 def create_app(context: AdminContext) -> FastAPI:
     app = FastAPI(title="exchange-broker management API",
                   description="RabbitMQ management HTTP API compatible admin API of exchange-broker. "
                               "Names in paths are percent-encoded; the vhost `/` is `%2F`; the default "
                               "exchange is `amq.default`. HTTP Basic authentication with the broker's "
                               "users (tag `administrator`, `monitoring`, `management` or `policymaker`).",
-                  version=__version__, openapi_url="/api/openapi.json", docs_url="/api/docs",
-                  redoc_url=None)
+                  version=__version__, openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.admin = context
     app.state.registry = metrics.make_registry(context)
     app.add_middleware(_RawPath)
@@ -120,6 +139,8 @@ def create_app(context: AdminContext) -> FastAPI:
     @app.get("/", include_in_schema=False)
     async def root():
         return RedirectResponse("/api/docs")
+
+    _docs(app)
 
     for resource in RESOURCES:
         app.include_router(resource.router)

@@ -9,6 +9,8 @@ RabbitMQ alike. Examples::
     exchange-broker admin publish --exchange amq.default --routing-key orders --payload hello
     exchange-broker admin get orders --count 5 --ackmode ack_requeue_false
     exchange-broker admin export defs.json && exchange-broker admin import defs.json
+    exchange-broker admin set policy ttl '^orders' '{"message-ttl": 60000}' --apply-to queues --priority 1
+    exchange-broker admin list policies && exchange-broker admin delete policy ttl
 
 Connection options (also after the command): --url (env EXCHANGE_BROKER_ADMIN_URL, default
 http://127.0.0.1:15672), --user/--password (env EXCHANGE_BROKER_ADMIN_USER/_PASSWORD, default
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import html
 import json
 import os
 import sys
@@ -38,8 +41,12 @@ LIST_COLUMNS = {
                   "channel_details.name"),
     "vhosts": ("name", "messages", "messages_ready", "messages_unacknowledged"),
     "users": ("name", "tags"),
+    "policies": ("vhost", "name", "pattern", "apply-to", "definition", "priority"),
+    "operator-policies": ("vhost", "name", "pattern", "apply-to", "definition", "priority"),
 }
-VHOST_SCOPED = ("queues", "exchanges", "bindings", "consumers")
+VHOST_SCOPED = ("queues", "exchanges", "bindings", "consumers", "policies", "operator-policies")
+POLICY_KINDS = {"policy": "policies", "operator-policy": "operator-policies"}  # command word -> API path
+APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
 ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
 
 
@@ -48,7 +55,10 @@ class ApiError(Exception):
         self.status = status
         self.body = body
         if isinstance(body, dict) and "error" in body:
-            text = f"{body.get('error')}: {body.get('reason')}"
+            reason = body.get("reason")
+            if isinstance(reason, str):  # one line (policy errors are several, HTML-escaped)
+                reason = "; ".join(ln.strip() for ln in html.unescape(reason).splitlines() if ln.strip())
+            text = f"{body.get('error')}: {reason}"
         else:
             text = str(body)
         super().__init__(f"HTTP {status} - {text}")
@@ -215,9 +225,21 @@ def _build(admin: argparse.ArgumentParser) -> None:
     xb.add_argument("--destination-type", choices=("queue", "exchange"), default="queue")
     xb.add_argument("--properties-key", help="the binding's properties_key (see list bindings)")
     xb.add_argument("--routing-key", "-k", help="or: the routing key of a binding without arguments")
+    for kind in POLICY_KINDS:
+        xsub.add_parser(kind, parents=[common]).add_argument("name")
     xc = xsub.add_parser("connection", parents=[common])
     xc.add_argument("name")
     xc.add_argument("--reason", default=None, help="close reason sent to the client")
+
+    p = cmds.add_parser("set", parents=[common], help="set a policy or operator policy (applied at once)")
+    ssub = p.add_subparsers(dest="kind", required=True)
+    for kind in POLICY_KINDS:
+        sp = ssub.add_parser(kind, parents=[common])
+        sp.add_argument("name")
+        sp.add_argument("pattern", help="regular expression matched against queue / exchange names")
+        sp.add_argument("definition", help='JSON object, e.g. {"message-ttl": 60000, "max-length": 1000}')
+        sp.add_argument("--apply-to", choices=APPLY_TO, default="all")
+        sp.add_argument("--priority", type=int, default=0)
 
     p = cmds.add_parser("close", parents=[common], help="close a client connection")
     csub = p.add_subparsers(dest="kind", required=True)
@@ -327,10 +349,18 @@ def _dispatch(args, c: AdminClient) -> int:
                 key = found[0]["properties_key"]
             c.request("DELETE", f"{base}/{q(key)}")
             print(f"binding deleted: {args.source} -> {args.destination}")
+        elif args.kind in POLICY_KINDS:
+            c.request("DELETE", f"{POLICY_KINDS[args.kind]}/{vh}/{q(args.name)}")
+            print(f"{args.kind} deleted: {args.name}")
         else:
             headers = {"X-Reason": args.reason} if args.reason else None
             c.request("DELETE", f"connections/{q(args.name)}", headers=headers)
             print(f"connection closed: {args.name}")
+    elif cmd == "set":
+        body = {"pattern": args.pattern, "definition": _json_arg(args.definition, "the definition"),
+                "apply-to": args.apply_to, "priority": args.priority}
+        c.request("PUT", f"{POLICY_KINDS[args.kind]}/{vh}/{q(args.name)}", body)
+        print(f"{args.kind} set: {args.name}")
     elif cmd == "publish":
         payload = args.payload if args.payload is not None else sys.stdin.read()
         body = {"routing_key": args.routing_key, "payload": payload,

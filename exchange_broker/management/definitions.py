@@ -18,6 +18,9 @@ from exchange_broker import __version__
 from exchange_broker.core.auth import HASHING_SHA256
 from exchange_broker.management.common import (PRODUCT, RABBIT_COMPAT_VERSION, AdminContext, Principal,
                                                 bad_request, check_admin, find_vhost, visible_vhosts)
+from exchange_broker.management import limits as limits_api
+from exchange_broker.management import policies as policies_api
+from exchange_broker.management import topic_permissions as topics_api
 from exchange_broker.management.fields import arguments_from, bool_from, tags_from, to_json
 from exchange_broker.management.users import user_info
 from exchange_broker.management.web import Ctx, Who, json_body, no_content, u
@@ -33,6 +36,8 @@ def export_definitions(ctx: AdminContext, vhost: str | None = None, who: Princip
     broker = ctx.broker
     vhosts = visible_vhosts(broker, vhost, None)
     queues, exchanges, bindings = [], [], []
+    policies = policies_api.export_policies(vhosts)
+    parameters = limits_api.export_vhost_limits(broker, vhosts) + policies_api.export_operator_parameters(vhosts)
     for vh in vhosts:
         for q in vh.queues.values():
             if q.exclusive:
@@ -55,18 +60,20 @@ def export_definitions(ctx: AdminContext, vhost: str | None = None, who: Princip
     head = {"rabbit_version": RABBIT_COMPAT_VERSION, "rabbitmq_version": RABBIT_COMPAT_VERSION,
             "product_name": PRODUCT, "product_version": __version__}
     if vhost is not None:  # RabbitMQ's per-vhost export leaves the vhost out of each item
-        for item in (*queues, *exchanges, *bindings):
+        for item in (*queues, *exchanges, *bindings, *policies, *parameters):
             item.pop("vhost", None)
-        return {**head, "parameters": [], "policies": [], "queues": queues, "exchanges": exchanges,
+        return {**head, "parameters": parameters, "policies": policies, "queues": queues, "exchanges": exchanges,
                 "bindings": bindings}
     return {
         **head,
-        "users": [user_info(user) for user in broker.users.values()],
+        "users": [{**user_info(user), "limits": limits_api.user_limits_of(broker, user.name)}
+                  for user in broker.users.values()],
         "vhosts": [{"name": vh.name, "limits": [], "metadata": {"description": "", "tags": []}}
                    for vh in vhosts],
         "permissions": [{"user": user, "vhost": v, "configure": c, "write": w, "read": r}
                         for (user, v), (c, w, r) in broker.permissions.items()],
-        "topic_permissions": [], "parameters": [], "global_parameters": [], "policies": [],
+        "topic_permissions": topics_api.list_topic_permissions(ctx),
+        "parameters": parameters, "global_parameters": [], "policies": policies,
         "queues": queues, "exchanges": exchanges, "bindings": bindings,
     }
 
@@ -88,9 +95,13 @@ def import_definitions(ctx: AdminContext, doc: Any, vhost: str | None = None,
         for item in items:
             if item["vhost"] not in known_vhosts:
                 raise bad_request(["no_such_vhost", item["vhost"]])
+    for p in plan.policies:
+        if p.vhost not in known_vhosts:
+            raise bad_request(["no_such_vhost", p.vhost])
     for p in plan.permissions:
         if p["user"] not in known_users:
             raise bad_request(["no_such_user", p["user"]])
+    _check_limits_and_topics(plan, known_vhosts, known_users)
     for user in plan.users:
         broker.add_user(user["name"], user.get("password"), user["tags"],
                         password_hash=user.get("password_hash"), hashing_algorithm=user.get("hashing_algorithm"))
@@ -98,8 +109,9 @@ def import_definitions(ctx: AdminContext, doc: Any, vhost: str | None = None,
         broker.add_vhost(v["name"])
     for p in plan.permissions:
         broker.set_permissions(p["user"], p["vhost"], p["configure"], p["write"], p["read"])
+    _apply_limits_and_topics(broker, plan)
     counts = {"users": len(plan.users), "vhosts": len(plan.vhosts), "permissions": len(plan.permissions),
-              "exchanges": 0, "queues": 0, "bindings": 0}
+              "exchanges": 0, "queues": 0, "bindings": 0, "policies": len(plan.policies)}
     errors: list[str] = []
     for x in plan.exchanges:
         if x["name"] == "" or x["name"].startswith("amq."):
@@ -107,6 +119,7 @@ def import_definitions(ctx: AdminContext, doc: Any, vhost: str | None = None,
         _apply(errors, counts, "exchanges", f"exchange '{x['name']}' in vhost '{x['vhost']}'",
                broker.vhosts[x["vhost"]].declare_exchange, x["name"], x["type"], False, x["durable"],
                x["auto_delete"], x["internal"], x["arguments"])
+    policies_api.apply_policies(broker, plan.policies)  # before the queues: they start with their policy
     for qd in plan.queues:
         _apply(errors, counts, "queues", f"queue '{qd['name']}' in vhost '{qd['vhost']}'",
                broker.vhosts[qd["vhost"]].declare_queue, qd["name"], False, qd["durable"], False,
@@ -121,6 +134,23 @@ def import_definitions(ctx: AdminContext, doc: Any, vhost: str | None = None,
         more = len(errors) - MAX_REPORTED_ERRORS
         raise bad_request("; ".join(errors[:MAX_REPORTED_ERRORS]) + (f" (and {more} more)" if more > 0 else ""))
     return counts
+
+
+def _check_limits_and_topics(plan: "DefinitionsPlan", known_vhosts: set, known_users: set) -> None:
+    """Vhost limits, user limits and topic permissions name vhosts and users that exist or come."""
+    for vhost, _name, _value in plan.vhost_limits:
+        if vhost not in known_vhosts:
+            raise bad_request(["no_such_vhost", vhost])
+    for user, vhost, *_rest in plan.topic_permissions:
+        if vhost not in known_vhosts:
+            raise bad_request(["no_such_vhost", vhost])
+        if user not in known_users:
+            raise bad_request(["no_such_user", user])
+
+
+def _apply_limits_and_topics(broker, plan: "DefinitionsPlan") -> None:
+    limits_api.apply_limits(broker, plan.vhost_limits, plan.user_limits)
+    topics_api.apply_topic_permissions(broker, plan.topic_permissions)
 
 
 def _apply(errors: list[str], counts: dict, kind: str, what: str, fn, *args) -> None:
@@ -144,8 +174,15 @@ class DefinitionsPlan:
         self.exchanges = [self._exchange(x) for x in self._list(doc, "exchanges")]
         self.queues = [self._queue(x) for x in self._list(doc, "queues")]
         self.bindings = [self._binding(x) for x in self._list(doc, "bindings")]
-        for key in ("parameters", "global_parameters", "policies", "topic_permissions"):
+        self.policies = policies_api.plan_policies(self._list(doc, "policies"), self._list(doc, "parameters"),
+                                                   vhost)
+        for key in ("parameters", "global_parameters", "topic_permissions"):
             self._list(doc, key)  # accepted (RabbitMQ exports carry them); not applied
+        # vhost limits (the vhost-limits parameters), user limits, topic permissions (whole import)
+        self.vhost_limits = limits_api.plan_vhost_limits(self._list(doc, "parameters"), vhost)
+        self.user_limits = limits_api.plan_user_limits(self._list(doc, "users")) if whole else []
+        self.topic_permissions = topics_api.plan_topic_permissions(self._list(doc, "topic_permissions")) \
+            if whole else []
 
     @staticmethod
     def _list(doc: dict, key: str) -> list:

@@ -15,6 +15,7 @@ from exchange_broker.management.common import (CONFIGURE, AdminContext, Principa
                                                 exchange_name, find_exchange, find_vhost, from_amqp, not_found,
                                                 visible_vhosts)
 from exchange_broker.management.fields import arguments_from, bool_from, str_from, to_json
+from exchange_broker.management.stats import Rates
 from exchange_broker.management.web import (Ctx, Who, body_doc, created, flag, json_object, listing,
                                             no_content, u)
 from exchange_broker.protocol.errors import AMQPError
@@ -31,25 +32,24 @@ class ExchangeBody(BaseModel):
 
 
 # ---- service -----------------------------------------------------------------------------------
-def exchange_info(ex) -> dict:
+def exchange_info(ex, rates: Rates | None = None) -> dict:
     info = {"name": ex.name, "vhost": ex.vhost, "type": ex.type, "durable": ex.durable,
             "auto_delete": ex.auto_delete, "internal": ex.internal,
             "arguments": to_json(ex.arguments), "user_who_performed_action": "",
             "policy": None}
-    stats_in, stats_out = getattr(ex, "stats_in", 0), getattr(ex, "stats_out", 0)
-    if stats_in or stats_out:
-        info["message_stats"] = {"publish_in": stats_in, "publish_in_details": {"rate": 0.0},
-                                 "publish_out": stats_out, "publish_out_details": {"rate": 0.0}}
+    if ex.stats_in or ex.stats_out:  # RabbitMQ shows message_stats once something was published
+        info["message_stats"] = (rates or Rates()).exchange_stats(ex)
     return info
 
 
 def list_exchanges(ctx: AdminContext, vhost: str | None = None, who: Principal | None = None) -> list[dict]:
-    return [exchange_info(ex) for vh in visible_vhosts(ctx.broker, vhost, who) for ex in vh.exchanges.values()]
+    return [exchange_info(ex, ctx.rates) for vh in visible_vhosts(ctx.broker, vhost, who)
+            for ex in vh.exchanges.values()]
 
 
 def get_exchange(ctx: AdminContext, vhost: str, name: str, who: Principal | None = None) -> dict:
     visible_vhosts(ctx.broker, vhost, who)
-    return exchange_info(find_exchange(ctx.broker, vhost, name))
+    return exchange_info(find_exchange(ctx.broker, vhost, name), ctx.rates)
 
 
 def declare_exchange(ctx: AdminContext, vhost: str, name: str, body: dict, who: Principal | None = None) -> bool:

@@ -55,13 +55,12 @@ def queue_info(ctx: AdminContext, q, unacked: dict) -> dict:
         "consumers": len(consumers),
         "consumer_capacity": 1.0 if consumers else 0, "consumer_utilisation": 1.0 if consumers else 0,
         "exclusive_consumer_tag": next((c.tag for c in consumers if c.exclusive), None),
-        "message_stats": {
-            "publish": q.stats_published,
-            "publish_details": {"rate": rates.queue_rate(q.vhost, q.name, q.stats_published, 0)},
-            "deliver_get": q.stats_delivered,
-            "deliver_get_details": {"rate": rates.queue_rate(q.vhost, q.name, q.stats_delivered, 1)},
-        },
+        "message_stats": rates.queue_stats(q),  # each counter with its rate (stats.py)
     }
+    vh = ctx.broker.vhosts.get(q.vhost)  # policies (core/policies.py): names and merged definition
+    info["policy"], info["operator_policy"] = q.policy, q.operator_policy
+    info["effective_policy_definition"] = \
+        vh.policies.effective_definition(q.policy, q.operator_policy) if vh is not None else {}
     owner = q.exclusive_owner
     if owner is not None:
         info["owner_pid_details"] = {"name": conn_name(ctx, owner)}

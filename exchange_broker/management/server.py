@@ -75,7 +75,10 @@ class AdminServer:
             await asyncio.sleep(0.01)
         self.context.sample()
         self._sampler = asyncio.get_running_loop().create_task(self._sample(), name="admin-stats")
-        log.info("admin API on %s (OpenAPI at /api/openapi.json, metrics at /metrics)", self.url)
+        bound_host, bound_port = sock.getsockname()[:2]
+        bound = f"[{bound_host}]:{bound_port}" if ":" in bound_host else f"{bound_host}:{bound_port}"
+        log.info("admin API listening on %s (%s; docs at /api/docs, metrics at /metrics)", bound,
+                 "https" if self.ssl_options else "http")
 
     async def _sample(self) -> None:
         while True:

@@ -24,14 +24,15 @@ class UserBody(BaseModel):
 
 
 # ---- service -----------------------------------------------------------------------------------
-def user_info(user) -> dict:
+def user_info(user, limits: dict | None = None) -> dict:
+    """A user as RabbitMQ shows it; ``limits``: its user limits (broker.user_limits)."""
     return {"name": user.name, "password_hash": user.password_hash,
-            "hashing_algorithm": user.hashing_algorithm, "tags": list(user.tags), "limits": {}}
+            "hashing_algorithm": user.hashing_algorithm, "tags": list(user.tags), "limits": dict(limits or {})}
 
 
 def list_users(ctx: AdminContext, who: Principal | None = None) -> list[dict]:
     check_admin(who)
-    return [user_info(user) for user in ctx.broker.users.values()]
+    return [user_info(user, ctx.broker.user_limits.get(user.name)) for user in ctx.broker.users.values()]
 
 
 def get_user(ctx: AdminContext, name: str, who: Principal | None = None) -> dict:
@@ -39,7 +40,7 @@ def get_user(ctx: AdminContext, name: str, who: Principal | None = None) -> dict
     user = ctx.broker.users.get(name)
     if user is None:
         raise not_found()
-    return user_info(user)
+    return user_info(user, ctx.broker.user_limits.get(name))
 
 
 def put_user(ctx: AdminContext, name: str, body: dict, who: Principal | None = None) -> bool:

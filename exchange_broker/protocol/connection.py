@@ -1,29 +1,37 @@
 """Sans-IO server side of an AMQP 0-9-1 connection.
 
-``receive_data(bytes)`` returns a list of events; ``data_to_send()`` returns
-the bytes to write. Handshake policy (login, vhost access) comes in as two
+``events(bytes)`` yields events one frame at a time (``receive_data`` returns them as a list);
+``data_to_send()`` returns the bytes to write. Frames are handled strictly in arrival order: a
+frame is parsed only once the events of the frames before it were handled, and the replies the
+protocol makes itself (open-ok, close-ok) go out after the events that precede them, so every
+reply leaves in the order of the requests however many frames arrive in one read. Replies that
+must wait (a declare-ok until the store has the definition) hold their place
+(``hold``/``fill``, see ``output.py``). Handshake policy (login, vhost access) comes in as two
 callables so this module needs no broker state, no asyncio and no clock.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from typing import Callable, Iterator
 
 from pamqp import commands
 
 from exchange_broker.protocol import codec
 from exchange_broker.protocol import events as ev
-from exchange_broker.protocol.constants import (BASIC_ACK, BASIC_NACK, BASIC_PUBLISH, BASIC_REJECT, CHANNEL_ERROR,
-                        CHANNEL_MAX_DEFAULT, FRAME_BODY, FRAME_END,
-                        FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_MAX_DEFAULT,
-                        FRAME_METHOD, FRAME_MIN_SIZE, HEARTBEAT_DEFAULT, MAX_MESSAGE_SIZE_DEFAULT,
-                        NOT_ALLOWED, PRECONDITION_FAILED, PROTOCOL_HEADER, UNEXPECTED_FRAME,
-                        ACCESS_REFUSED)
+from exchange_broker.protocol.constants import (ACCESS_REFUSED, BASIC_ACK, BASIC_NACK, BASIC_PUBLISH,
+                                                BASIC_REJECT, CHANNEL_ERROR, CHANNEL_MAX_DEFAULT, FRAME_BODY,
+                                                FRAME_END, FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT,
+                                                FRAME_MAX_DEFAULT, FRAME_METHOD, FRAME_MIN_SIZE,
+                                                HEARTBEAT_DEFAULT, MAX_MESSAGE_SIZE_DEFAULT, NOT_ALLOWED,
+                                                PROTOCOL_HEADER, UNEXPECTED_FRAME)
+from exchange_broker.protocol.content import Content, TooLarge, content_body, content_header
 from exchange_broker.protocol.errors import AMQPError
+from exchange_broker.protocol.output import Output, Slot
+
+__all__ = ["ServerConnection", "TooLarge"]
 
 _FRAME_HDR = struct.Struct(">BHI")
-_CONTENT_HDR = struct.Struct(">HHQ")
 
 Authenticate = Callable[[str, bytes], str]          # mechanism, response -> user name, or raise AMQPError
 OpenVhost = Callable[[str, str], None]              # user, vhost -> None, or raise AMQPError
@@ -33,23 +41,14 @@ _CONN_CLOSE_OK = commands.Connection.CloseOk.index
 _CH_OPEN = commands.Channel.Open.index
 _CH_CLOSE = commands.Channel.Close.index
 _CH_CLOSE_OK = commands.Channel.CloseOk.index
+_OPEN_OK_PAYLOAD = struct.pack(">HHI", 20, 11, 0)
+_CLOSE_OK_PAYLOAD = struct.pack(">HH", 20, 41)
+_CONN_CLOSE_OK_FRAME = _FRAME_HDR.pack(FRAME_METHOD, 0, 4) + struct.pack(">HH", 10, 51) + b"\xce"
+FRAME_SIZE_FUDGE = 8  # RabbitMQ accepts frames up to 8 bytes over frame_max (a common client slip)
 
 
-class _Content:
-    __slots__ = ("exchange", "routing_key", "mandatory", "immediate", "properties", "size", "parts",
-                 "received", "have_header", "discard")
-
-    def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool) -> None:
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.mandatory = mandatory
-        self.immediate = immediate
-        self.properties = b""
-        self.size = 0
-        self.parts: list[bytes] = []
-        self.received = 0
-        self.have_header = False
-        self.discard = False  # too large: body frames are read and dropped
+def _channel_frame(channel: int, payload: bytes) -> bytes:
+    return _FRAME_HDR.pack(FRAME_METHOD, channel, len(payload)) + payload + b"\xce"
 
 
 class ServerConnection:
@@ -77,8 +76,11 @@ class ServerConnection:
         self.client_properties: dict = {}
         self.state = "header"  # header, start, tune, open, opened, closing, closed
         self._buf = bytearray()
-        self._out: list[bytes] = []
-        self.channels: dict[int, _Content | None] = {}   # open channel -> pending content
+        self._output = Output()
+        self._out = self._output.ready
+        # largest frame payload accepted: RabbitMQ's initial_frame_max until tune-ok, then frame_max
+        self._payload_max = FRAME_MIN_SIZE - 8 + FRAME_SIZE_FUDGE
+        self.channels: dict[int, Content | None] = {}   # open channel -> pending content
         self.closing_channels: set[int] = set()
         self.capabilities: dict = {}
 
@@ -94,17 +96,51 @@ class ServerConnection:
     def has_output(self) -> bool:
         return bool(self._out)
 
+    @property
+    def held(self) -> bool:
+        """Output waits behind a held reply (see ``hold``)."""
+        return self._output.waiting
+
     def send_method(self, channel: int, method: commands.Frame) -> None:
-        self._out.append(codec.method_frame(channel, method))
+        self._output.add(channel, codec.method_frame(channel, method))
 
     def send_raw(self, data: bytes) -> None:
-        self._out.append(data)
+        """Frames of one channel (the first frame's header names it)."""
+        out = self._output
+        if out.held:
+            out.add((data[1] << 8) | data[2], data)
+        else:
+            self._out.append(data)
 
     def send_parts(self, parts: list[bytes]) -> None:
-        self._out.extend(parts)
+        """Frames of one channel in pieces (the first piece starts with a frame header)."""
+        out = self._output
+        if out.held:
+            first = parts[0]
+            out.extend((first[1] << 8) | first[2], parts)
+        else:
+            self._out.extend(parts)
 
     def send_heartbeat(self) -> None:
         self._out.append(codec.HEARTBEAT_FRAME)
+
+    def hold(self, channel: int, capturing: bool = False) -> Slot:
+        """Reserve the place of a reply that is not ready: what ``channel`` sends afterwards (and
+        the connection's close-ok) waits until ``fill`` puts the reply there. ``capturing``: the
+        channel's output goes into the place itself until ``seal``."""
+        return self._output.hold(channel, capturing)
+
+    def seal(self, slot: Slot) -> None:
+        self._output.seal(slot)
+
+    def put(self, slot: Slot, data: bytes) -> None:
+        """Frames into a held place (before what waits behind it)."""
+        self._output.put(slot, data)
+
+    def fill(self, slot: Slot, data: bytes = b"") -> None:
+        """The held reply is ready (``b""``: nothing more to send); what waited behind it
+        becomes ready to write."""
+        self._output.fill(slot, data)
 
     # -- closing -------------------------------------------------------------------------------
     def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> ev.Closing:
@@ -118,9 +154,12 @@ class ServerConnection:
         if self.state in ("header",):
             self.state = "closed"
             return ev.Closing(err.code, err.text, False)
-        self.send_method(0, commands.Connection.Close(err.code, err.reply_text, err.class_id, err.method_id))
+        self._output.drop_held()  # replies still waiting for the store are not sent after a close
+        self._out.append(codec.method_frame(0, commands.Connection.Close(
+            err.code, err.reply_text, err.class_id, err.method_id)))
         self.state = "closing"
         self.channels.clear()
+        self.closing_channels.clear()
         return ev.Closing(err.code, err.text, False)
 
     def close_channel(self, channel: int, err: AMQPError) -> None:
@@ -133,47 +172,78 @@ class ServerConnection:
 
     # -- input ---------------------------------------------------------------------------------
     def receive_data(self, data: bytes) -> list:
-        out: list = []
+        """All events of ``data`` at once (the replies of later frames are then already made)."""
+        return list(self.events(data))
+
+    def events(self, data: bytes) -> Iterator:
+        """Events of ``data``, one frame after the other: the next frame is parsed (and the
+        protocol's own reply to it made) only when the caller asks for the next event."""
         if self.state == "closed":
-            return out
+            return
         buf = self._buf
         buf += data
+        out: list = []
         try:
             if self.state == "header":
                 if not self._receive_header(out):
-                    return out
+                    yield from out
+                    return
             pos = 0
             n = len(buf)
-            limit = (self.frame_max or self.server_frame_max)
-            while n - pos >= 7:
-                ftype, channel, size = _FRAME_HDR.unpack_from(buf, pos)
-                if size > limit - 8:
-                    raise AMQPError(FRAME_ERROR, f"frame size {size + 8} exceeds frame_max {limit}",
-                                    hard=True)
-                end = pos + 7 + size
-                if end >= n:
-                    break
-                if buf[end] != FRAME_END:
-                    raise AMQPError(FRAME_ERROR, f"invalid frame end byte 0x{buf[end]:02x}", hard=True)
-                payload = bytes(buf[pos + 7:end])
-                pos = end + 1
-                try:
-                    self._frame(ftype, channel, payload, out)
-                except _Ignore:
-                    pass
-                if self.state == "closed":
-                    break
-            del buf[:pos]
+            payload_max = self._payload_max
+            try:
+                while n - pos >= 7:
+                    ftype, channel, size = _FRAME_HDR.unpack_from(buf, pos)
+                    if size > payload_max:
+                        limit = payload_max - FRAME_SIZE_FUDGE + 8
+                        raise _FrameError(FRAME_ERROR, f"frame size {size + 8} exceeds frame_max {limit} "
+                                          f"(by more than the {FRAME_SIZE_FUDGE} bytes tolerated)", hard=True)
+                    end = pos + 7 + size
+                    if end >= n:
+                        break
+                    if buf[end] != FRAME_END:
+                        raise _FrameError(FRAME_ERROR, f"invalid frame end byte 0x{buf[end]:02x}",
+                                          hard=True)
+                    payload = bytes(buf[pos + 7:end])
+                    pos = end + 1
+                    try:
+                        self._frame(ftype, channel, payload, out)
+                    except _Ignore:
+                        pass
+                    if out:
+                        events = out[:]
+                        out.clear()
+                        for event in events:
+                            yield event
+                            if type(event) in _REPLYING and event.reply is not None:
+                                self._send_reply(event, event.reply)
+                    if not channel:
+                        if self.state == "closed":
+                            break
+                        payload_max = self._payload_max  # tune-ok sets it
+            finally:
+                del buf[:pos]
         except AMQPError as err:
             self._buf.clear()
             if self.state == "closing":  # still garbage after our close: give up on the peer
                 self.state = "closed"
-                out.append(ev.Closed())
+                yield ev.Closed(abrupt=True)
             else:
-                out.append(self._fail(err))
+                yield self._fail(err)
+                if isinstance(err, _FrameError) and self.state == "closing" and not self.vhost:
+                    # during the handshake: a peer whose input cannot be framed is not waited for
+                    self.state = "closed"
                 if self.state == "closed":
-                    out.append(ev.Closed())
-        return out
+                    yield ev.Closed(abrupt=True)
+
+    def _send_reply(self, event, reply: bytes) -> None:
+        """The reply that follows an event, once the session has handled it."""
+        t = type(event)
+        if t is ev.Closing:
+            self._output.add_final(reply)
+        elif self.state == "opened" and event.channel not in self.closing_channels:
+            if t is ev.ChannelClosed or event.channel in self.channels:
+                self._output.add(event.channel, reply)
 
     def _receive_header(self, out: list) -> bool:
         buf = self._buf
@@ -185,7 +255,7 @@ class ServerConnection:
             self.state = "closed"
             buf.clear()
             out.append(ev.Closing(0, "bad protocol header", False))
-            out.append(ev.Closed())
+            out.append(ev.Closed(abrupt=True))
             return False
         del buf[:8]
         self.state = "start"
@@ -213,16 +283,14 @@ class ServerConnection:
                         self.send_method(channel, commands.Channel.CloseOk())
                     return
                 if mid == _CH_OPEN:
+                    # channel_max limits how many channels are open, not their numbers (RabbitMQ
+                    # takes channel 65535 with channel_max 2047, as aiormq uses it)
                     opened = len(self.channels) + len(self.closing_channels)
                     if self.channel_max and opened >= self.channel_max:  # RabbitMQ's check and text
                         raise AMQPError(NOT_ALLOWED, f"number of channels opened ({opened}) has reached "
                                         f"the negotiated channel_max ({self.channel_max})", hard=True)
-                    if channel > self.channel_max:
-                        raise AMQPError(CHANNEL_ERROR, f"channel number {channel} exceeds channel_max "
-                                        f"{self.channel_max}", 20, 10, hard=True)
                     self.channels[channel] = None
-                    self.send_method(channel, commands.Channel.OpenOk())
-                    out.append(ev.ChannelOpened(channel))
+                    out.append(ev.ChannelOpened(channel, _channel_frame(channel, _OPEN_OK_PAYLOAD)))
                     return
                 raise AMQPError(CHANNEL_ERROR, f"expected 'channel.open' on channel {channel}",
                                 mid >> 16, mid & 0xFFFF, hard=True)
@@ -232,7 +300,7 @@ class ServerConnection:
                                 hard=True)
             if mid == BASIC_PUBLISH:
                 exchange, rk, mandatory, immediate = codec.decode_publish(payload)
-                self.channels[channel] = _Content(exchange, rk, mandatory, immediate)
+                self.channels[channel] = Content(exchange, rk, mandatory, immediate)
             elif mid == BASIC_ACK or mid == BASIC_NACK or mid == BASIC_REJECT:
                 tag, bits = codec.decode_tag_bits(payload)
                 if mid == BASIC_ACK:
@@ -247,67 +315,23 @@ class ServerConnection:
             elif mid == _CH_CLOSE:
                 codec.decode_method(payload)
                 del self.channels[channel]
-                self.send_method(channel, commands.Channel.CloseOk())
-                out.append(ev.ChannelClosed(channel))
+                out.append(ev.ChannelClosed(channel, _channel_frame(channel, _CLOSE_OK_PAYLOAD)))
             elif mid == _CH_CLOSE_OK:
                 pass  # nothing outstanding on an open channel; ignore as RabbitMQ does
             else:
                 out.append(ev.Method(channel, codec.decode_method(payload)))
         elif ftype == FRAME_HEADER:
-            content = self._content_for(channel, "content header")
-            if content.have_header:
-                raise AMQPError(UNEXPECTED_FRAME, f"expected content body, got content header on "
-                                f"channel {channel}", 60, 40, hard=True)
-            if len(payload) < 14:
-                raise AMQPError(FRAME_ERROR, "content header frame too short", 60, 40, hard=True)
-            class_id, _weight, size = _CONTENT_HDR.unpack_from(payload, 0)
-            if class_id != 60:
-                raise AMQPError(UNEXPECTED_FRAME, f"expected content header for class 60, got one for "
-                                f"class {class_id} instead", 60, 40, hard=True)
-            content.properties = payload[12:]
-            codec.quick_properties(content.properties)  # validate before accepting the body
-            content.size = size
-            content.have_header = True
-            if size > self.max_message_size:
-                # Soft error like RabbitMQ; the body frames that follow are dropped (some may be in
-                # this very chunk, read before the session gets to close the channel).
-                content.discard = True
-                out.append(ev.Method(channel, _TooLarge(size, self.max_message_size)))
-                return
-            if size == 0:
-                self.channels[channel] = None
-                out.append(ev.Publish(channel, content.exchange, content.routing_key, content.mandatory,
-                                      content.immediate, content.properties, b""))
+            content_header(self.channels, channel, self._content_for(channel, "content header"), payload,
+                           self.max_message_size, out)
         elif ftype == FRAME_BODY:
-            content = self._content_for(channel, "content body")
-            if not content.have_header:
-                raise AMQPError(UNEXPECTED_FRAME, f"expected content header for class 60, got "
-                                f"content body on channel {channel}", 60, 40, hard=True)
-            content.received += len(payload)
-            if content.received > content.size:
-                raise AMQPError(FRAME_ERROR, f"content body of {content.received} bytes exceeds the "
-                                f"declared size {content.size}", 60, 40, hard=True)
-            if content.discard:
-                if content.received == content.size:
-                    self.channels[channel] = None
-            elif content.received == content.size:
-                if content.parts:
-                    content.parts.append(payload)
-                    body = b"".join(content.parts)
-                else:
-                    body = payload
-                self.channels[channel] = None
-                out.append(ev.Publish(channel, content.exchange, content.routing_key, content.mandatory,
-                                      content.immediate, content.properties, body))
-            else:
-                content.parts.append(payload)
+            content_body(self.channels, channel, self._content_for(channel, "content body"), payload, out)
         elif ftype == FRAME_HEARTBEAT:
             if channel != 0:
                 raise AMQPError(UNEXPECTED_FRAME, f"heartbeat frame on channel {channel}", hard=True)
         else:
             raise AMQPError(FRAME_ERROR, f"unknown frame type {ftype}", hard=True)
 
-    def _content_for(self, channel: int, what: str) -> _Content:
+    def _content_for(self, channel: int, what: str) -> Content:
         if self.state != "opened":
             if self.state == "closing":
                 raise _Ignore()
@@ -331,10 +355,10 @@ class ServerConnection:
             if state == "closing":
                 self.send_method(0, commands.Connection.CloseOk())
                 return
-            self.send_method(0, commands.Connection.CloseOk())
             self.state = "closed"
             self.channels.clear()
-            out.append(ev.Closing(method.reply_code, method.reply_text, True))
+            self.closing_channels.clear()
+            out.append(ev.Closing(method.reply_code, method.reply_text, True, _CONN_CLOSE_OK_FRAME))
             out.append(ev.Closed())
             return
         if idx == _CONN_CLOSE_OK:
@@ -393,27 +417,18 @@ class ServerConnection:
             raise AMQPError(NOT_ALLOWED, f"channel_max={channel_max} > {self.server_channel_max} max",
                             10, 31, hard=True)
         self.frame_max = frame_max
+        self._payload_max = frame_max - 8 + FRAME_SIZE_FUDGE
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
         self.state = "open"
+
+
+_REPLYING = frozenset({ev.ChannelOpened, ev.ChannelClosed, ev.Closing})  # events with a reply after them
 
 
 class _Ignore(Exception):
     """Raised internally for frames that belong to a channel being closed."""
 
 
-class _TooLarge:
-    """Pseudo-method telling the session a message exceeded max_message_size (406)."""
-    name = "basic.publish"
-    index = BASIC_PUBLISH
-
-    def __init__(self, size: int, limit: int) -> None:
-        self.size = size
-        self.limit = limit
-
-    def error(self) -> AMQPError:
-        return AMQPError(PRECONDITION_FAILED, f"message size {self.size} is larger than configured "
-                         f"max size {self.limit}", 60, 40, hard=False)
-
-
-TooLarge = _TooLarge
+class _FrameError(AMQPError):
+    """The input cannot be split into frames any more (a frame too large, a bad frame end)."""

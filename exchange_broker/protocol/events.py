@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -16,13 +16,21 @@ class Opened:
 
 @dataclass(slots=True)
 class ChannelOpened:
+    """channel.open: its open-ok (``reply``) is sent once the session has handled this event,
+    unless the session refused the channel meanwhile."""
     channel: int
+    reply: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
 class ChannelClosed:
-    """The client closed the channel (or answered our close); its state must be released."""
+    """The client closed the channel (or answered our close); its state must be released.
+
+    For the client's channel.close, ``reply`` is the close-ok: the protocol sends it after the
+    session handled this event, unless the session took it (set ``reply`` to None) to send it
+    itself once the channel's last confirms are out."""
     channel: int
+    reply: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -54,12 +62,18 @@ class Ack:
 
 @dataclass(slots=True)
 class Closing:
-    """The connection is going away (client close, or a hard error we sent)."""
+    """The connection is going away (client close, or a hard error we sent).
+
+    For the client's connection.close, ``reply`` is the close-ok, sent (behind any held reply)
+    after the session handled this event unless the session took it to send it later."""
     code: int
     text: str
     by_client: bool
+    reply: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
 class Closed:
-    """The close handshake is complete; the transport may be closed."""
+    """The close handshake is complete; the transport may be closed once the output is written.
+    ``abrupt``: the input could not be framed any more (close soon, do not wait for the peer)."""
+    abrupt: bool = field(default=False, compare=False)

@@ -49,6 +49,7 @@ class ClassicQueue(QueueType):
         self.dedup: OrderedDict | None = OrderedDict() if opts.deduplication else None
         # paging (durable queues longer than memory)
         self.window = 0          # 0: never page; else max in-memory ready messages
+        self.page_window = 0     # the window the store gave (durability.attach)
         self.paged = 0           # committed rows in the store, not in memory, seq > page_cursor
         self.page_cursor = 0
         self.held: ReadyDeque = ReadyDeque()
@@ -445,6 +446,8 @@ class ClassicQueue(QueueType):
         opts = parse_queue_arguments(effective, f"queue '{self.name}' in vhost '{self.vhost}'")
         opts.max_priority = self.options.max_priority
         self.options = opts
+        if self.refill is not None:  # paging to the store: only without a length limit
+            self.window = self.page_window if self.pageable else 0
         if opts.message_ttl is not None:
             self.has_ttl = True
         if opts.deduplication and self.dedup is None:

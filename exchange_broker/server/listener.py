@@ -4,7 +4,9 @@ graceful shutdown. The settings arrive as arguments (``app.py`` takes them from 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import time
 from typing import TYPE_CHECKING
@@ -29,13 +31,18 @@ class AMQPProtocol(asyncio.Protocol):
         self.session: Session | None = None
         self.last_read = self.last_write = time.monotonic()
         self.opened_at = self.last_read
+        self.lingering = False  # closed on our side: input is read and dropped until the peer hangs up
+        self._linger_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         peer = transport.get_extra_info("peername") or ("", 0)
+        # a TLS client certificate, when one was sent and verified against the CA (else None/{})
+        cert = transport.get_extra_info("peercert")
         self.session = Session(self.server.broker, self._write, self._close, peer[:2],
-                               limits=self.server.limits, set_reading=self._set_reading)
+                               limits=self.server.limits, set_reading=self._set_reading,
+                               linger=self._linger_close, peer_cert=cert or None)
         self.server.protocols.add(self)
 
     def _write(self, data: bytes) -> None:
@@ -45,7 +52,7 @@ class AMQPProtocol(asyncio.Protocol):
 
     def _set_reading(self, on: bool) -> None:
         t = self.transport
-        if t is None or t.is_closing():
+        if t is None or t.is_closing() or self.lingering:
             return
         if on:
             t.resume_reading()
@@ -57,14 +64,31 @@ class AMQPProtocol(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def _linger_close(self, seconds: float) -> None:
+        """Close once what was written is out and the peer hung up, at the latest after ``seconds``.
+
+        Meanwhile input is read and dropped: closing a socket with unread input resets the
+        connection, and the peer may lose the close-ok it has not read yet."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        self.lingering = True
+        t.resume_reading()
+        self._linger_timer = self.server.loop.call_later(seconds, self._close)
+
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
+        if self.lingering:
+            return
         self.session.data_received(data)
 
     def eof_received(self) -> bool:
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
         self.server.protocols.discard(self)
         if self.session is not None:
             self.session.connection_lost()
@@ -125,21 +149,24 @@ class BrokerServer:
 
     async def start(self) -> None:
         self.loop = loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: AMQPProtocol(self), self.host, self.port,
-                                                reuse_address=True, backlog=1024)
+        with _listen_error(self.host, self.port, "AMQP"):
+            self._server = await loop.create_server(lambda: AMQPProtocol(self), self.host, self.port,
+                                                    reuse_address=True, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = loop.create_task(self._tick())
-        log.info("AMQP listener on %s:%d", self.host, self.port)
+        log.info("AMQP listener on %s", _bound(self._server))
         if self.tls is not None:
             await self._start_tls(self.tls)
 
     async def _start_tls(self, tls: "TLSConfig") -> None:
         """The amqps listener: same protocol, sessions and limits as plain AMQP."""
-        self._tls_server = await self.loop.create_server(
-            lambda: AMQPProtocol(self), self.host, tls.port, ssl=tls.server_context(), reuse_address=True,
-            backlog=1024, ssl_handshake_timeout=max(1.0, float(self.handshake_timeout)))
+        context = tls.server_context()
+        with _listen_error(self.host, tls.port, "AMQPS"):
+            self._tls_server = await self.loop.create_server(
+                lambda: AMQPProtocol(self), self.host, tls.port, ssl=context, reuse_address=True,
+                backlog=1024, ssl_handshake_timeout=max(1.0, float(self.handshake_timeout)))
         self._tls_port = self._tls_server.sockets[0].getsockname()[1]
-        log.info("AMQPS listener on %s:%d (client certificates: %s)", self.host, self._tls_port, tls.describe())
+        log.info("AMQPS listener on %s (client certificates: %s)", _bound(self._tls_server), tls.describe())
 
     @property
     def tls_port(self) -> int:
@@ -182,6 +209,33 @@ class BrokerServer:
             await self._server.wait_closed()
         if self._tls_server is not None:
             await self._tls_server.wait_closed()
+
+
+@contextlib.contextmanager
+def _listen_error(host: str, port: int, what: str):
+    """A bind failure as one clear line: 'cannot listen on HOST:PORT for AMQP: address already in use'."""
+    try:
+        yield
+    except OSError as exc:
+        why = socket_error_text(exc)
+        raise OSError(exc.errno, f"cannot listen on {host}:{port} for {what}: {why}") from exc
+
+
+def socket_error_text(exc: OSError) -> str:
+    """'address already in use', 'Name or service not known' (a host that does not resolve)."""
+    if exc.errno and exc.errno > 0:
+        return os.strerror(exc.errno).lower()
+    text = exc.strerror if isinstance(exc.strerror, str) else str(exc)
+    return text.split(" (while attempting to bind")[0]  # socket.create_server's addition
+
+
+def _bound(server: asyncio.base_events.Server) -> str:
+    """The addresses a listener really bound (a host name may give several)."""
+    names = []
+    for sock in server.sockets:
+        host, port = sock.getsockname()[:2]
+        names.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return ", ".join(names)
 
 
 def install_signal_handlers(stop_event: asyncio.Event) -> None:

@@ -79,16 +79,3 @@ def test_admin_port_zero_turns_it_off(tmp_path):
             get(f"http://127.0.0.1:{admin_port}/api/overview")
     finally:
         assert stop(proc) == 0
-
-
-def test_busy_admin_port_leaves_the_broker_running(tmp_path):
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        proc, amqp_port = start(tmp_path, "--admin-port", str(busy.getsockname()[1]))
-        try:
-            with socket.create_connection(("127.0.0.1", amqp_port), timeout=5):
-                pass
-            assert "admin API not started" in (tmp_path / "log").read_text()
-        finally:
-            assert stop(proc) == 0

@@ -13,7 +13,7 @@ from persistence.models import Base
 
 TABLES = {
     "vhosts", "users", "permissions", "exchanges", "queues", "bindings", "messages", "stream_offsets",
-    "delayed_messages",
+    "delayed_messages", "policies", "vhost_limits", "user_limits", "topic_permissions",
 }
 
 

@@ -289,21 +289,25 @@ def test_tune_ok_lower_limits_are_enforced():
     events = conn.receive_data(m(commands.Connection.Open("/")) + m(commands.Channel.Open(), 10))
     assert [type(e) for e in events] == [ev.Opened, ev.ChannelOpened]
     sent(conn)
-    # a frame of exactly frame_max bytes is fine ...
-    body = b"x" * (4096 - 8)
+    # a body frame of frame_max bytes of payload (8 over frame_max) is tolerated, as RabbitMQ ...
+    body = b"x" * 4096
     events = conn.receive_data(publish_frames(10, body))
     assert [type(e) for e in events] == [ev.Publish] and events[0].body == body
     # ... one byte more is a frame error
     events = conn.receive_data(publish_frames(10, body + b"y"))
-    assert_conn_close(conn, events, 501, "exceeds frame_max 4096")
+    assert_conn_close(conn, events, 501, "frame size 4105 exceeds frame_max 4096")
 
 
-def test_channel_above_negotiated_channel_max_is_504():
-    conn, _ = _tuned(131072, channel_max=10)
+def test_channel_max_counts_open_channels_not_channel_numbers():
+    conn, _ = _tuned(131072, channel_max=2)
     conn.receive_data(m(commands.Connection.Open("/")))
     sent(conn)
-    events = conn.receive_data(m(commands.Channel.Open(), 11))
-    assert_conn_close(conn, events, 504, "channel number 11 exceeds channel_max 10", 20, 10)
+    events = conn.receive_data(m(commands.Channel.Open(), 65535) + m(commands.Channel.Open(), 11))
+    assert events == [ev.ChannelOpened(65535), ev.ChannelOpened(11)]
+    assert [ch for ch, _ in sent(conn)] == [65535, 11]
+    events = conn.receive_data(m(commands.Channel.Open(), 12))
+    assert_conn_close(conn, events, 530, "number of channels opened (2) has reached the negotiated "
+                      "channel_max (2)")
 
 
 def test_connection_open_unknown_vhost_is_530():

@@ -1,0 +1,101 @@
+"""Content frames (header and body) of a basic.publish: a message is put together from them.
+
+Part of the sans-IO protocol (``connection.py`` calls these once it knows the frame's channel
+expects content); a complete message becomes an ``ev.Publish`` event.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from exchange_broker.protocol import codec
+from exchange_broker.protocol import events as ev
+from exchange_broker.protocol.constants import BASIC_PUBLISH, FRAME_ERROR, PRECONDITION_FAILED, UNEXPECTED_FRAME
+from exchange_broker.protocol.errors import AMQPError
+
+_CONTENT_HDR = struct.Struct(">HHQ")
+
+
+class Content:
+    """A message being received on a channel: basic.publish seen, header and body to come."""
+
+    __slots__ = ("exchange", "routing_key", "mandatory", "immediate", "properties", "size", "parts",
+                 "received", "have_header", "discard")
+
+    def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.mandatory = mandatory
+        self.immediate = immediate
+        self.properties = b""
+        self.size = 0
+        self.parts: list[bytes] = []
+        self.received = 0
+        self.have_header = False
+        self.discard = False  # too large: body frames are read and dropped
+
+
+def content_header(channels: dict, channel: int, content: Content, payload: bytes, max_message_size: int,
+                   out: list) -> None:
+    if content.have_header:
+        raise AMQPError(UNEXPECTED_FRAME, f"expected content body, got content header on "
+                        f"channel {channel}", 60, 40, hard=True)
+    if len(payload) < 14:
+        raise AMQPError(FRAME_ERROR, "content header frame too short", 60, 40, hard=True)
+    class_id, _weight, size = _CONTENT_HDR.unpack_from(payload, 0)
+    if class_id != 60:
+        raise AMQPError(UNEXPECTED_FRAME, f"expected content header for class 60, got one for "
+                        f"class {class_id} instead", 60, 40, hard=True)
+    content.properties = payload[12:]
+    codec.quick_properties(content.properties)  # validate before accepting the body
+    content.size = size
+    content.have_header = True
+    if size > max_message_size:
+        # Soft error like RabbitMQ; the body frames that follow are dropped (some may be in
+        # this very chunk, read before the session gets to close the channel).
+        content.discard = True
+        out.append(ev.Method(channel, TooLarge(size, max_message_size)))
+        return
+    if size == 0:
+        channels[channel] = None
+        out.append(ev.Publish(channel, content.exchange, content.routing_key, content.mandatory,
+                              content.immediate, content.properties, b""))
+
+
+def content_body(channels: dict, channel: int, content: Content, payload: bytes, out: list) -> None:
+    if not content.have_header:
+        raise AMQPError(UNEXPECTED_FRAME, f"expected content header for class 60, got "
+                        f"content body on channel {channel}", 60, 40, hard=True)
+    content.received += len(payload)
+    if content.received > content.size:
+        raise AMQPError(FRAME_ERROR, f"content body of {content.received} bytes exceeds the "
+                        f"declared size {content.size}", 60, 40, hard=True)
+    if content.discard:
+        if content.received == content.size:
+            channels[channel] = None
+    elif content.received == content.size:
+        if content.parts:
+            content.parts.append(payload)
+            body = b"".join(content.parts)
+        else:
+            body = payload
+        channels[channel] = None
+        out.append(ev.Publish(channel, content.exchange, content.routing_key, content.mandatory,
+                              content.immediate, content.properties, body))
+    else:
+        content.parts.append(payload)
+
+
+class TooLarge:
+    """Pseudo-method telling the session a message exceeded max_message_size (406)."""
+    name = "basic.publish"
+    index = BASIC_PUBLISH
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+
+    def error(self) -> AMQPError:
+        return AMQPError(PRECONDITION_FAILED, f"message size {self.size} is larger than configured "
+                         f"max size {self.limit}", 60, 40, hard=False)
+

@@ -1,0 +1,1 @@
+"""Compatibility with what real clients do (issue 12): shared fixtures are in tests/conftest.py."""
