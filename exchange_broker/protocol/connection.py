@@ -191,6 +191,7 @@ class ServerConnection:
             pos = 0
             n = len(buf)
             payload_max = self._payload_max
+            channels = self.channels
             try:
                 while n - pos >= 7:
                     ftype, channel, size = _FRAME_HDR.unpack_from(buf, pos)
@@ -206,6 +207,16 @@ class ServerConnection:
                                           hard=True)
                     payload = bytes(buf[pos + 7:end])
                     pos = end + 1
+                    # the hot path: a content frame of a publish in progress on an open channel
+                    content = channels.get(channel) if ftype != FRAME_METHOD else None
+                    if type(content) is Content and self.state == "opened":
+                        if ftype == FRAME_BODY:
+                            content_body(channels, channel, content, payload, out)
+                        else:
+                            self._frame(ftype, channel, payload, out)
+                        if out:  # at most the one publish event
+                            yield out.pop()
+                        continue
                     try:
                         self._frame(ftype, channel, payload, out)
                     except _Ignore:
