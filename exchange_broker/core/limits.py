@@ -44,6 +44,17 @@ def in_force(limits: dict, owner: str, name: str) -> int | None:
 
 # -- changes (stored through the durability unless ``store`` is False, as at recovery) ------------
 
+def _remove(table: dict, owner: str, name: str) -> bool:
+    """Drop ``table[owner][name]`` (and the owner's entry once empty); False when it was not set."""
+    values = table.get(owner)
+    if not values or name not in values:
+        return False
+    del values[name]
+    if not values:
+        del table[owner]
+    return True
+
+
 def set_vhost_limit(broker, vhost: str, name: str, value: int, store: bool = True) -> None:
     broker.vhost_limits.setdefault(vhost, {})[name] = value
     if store:
@@ -51,12 +62,8 @@ def set_vhost_limit(broker, vhost: str, name: str, value: int, store: bool = Tru
 
 
 def clear_vhost_limit(broker, vhost: str, name: str) -> bool:
-    values = broker.vhost_limits.get(vhost)
-    if not values or name not in values:
+    if not _remove(broker.vhost_limits, vhost, name):
         return False
-    del values[name]
-    if not values:
-        del broker.vhost_limits[vhost]
     broker.durability.vhost_limit_cleared(vhost, name)
     return True
 
@@ -68,12 +75,8 @@ def set_user_limit(broker, user: str, name: str, value: int, store: bool = True)
 
 
 def clear_user_limit(broker, user: str, name: str) -> bool:
-    values = broker.user_limits.get(user)
-    if not values or name not in values:
+    if not _remove(broker.user_limits, user, name):
         return False
-    del values[name]
-    if not values:
-        del broker.user_limits[user]
     broker.durability.user_limit_cleared(user, name)
     return True
 

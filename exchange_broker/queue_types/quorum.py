@@ -159,10 +159,9 @@ class QuorumQueue(ClassicQueue):
 
     def _discard(self, msg: Message, reason: str) -> None:
         """Expired or over a length limit (drop-head): dead-lettered without the count header."""
-        self.bytes -= len(msg.body)
         self.returns.pop(msg.seq, None)
         self._strip_count(msg)
-        self.broker.dead_letter(self, msg, reason)
+        super()._discard(msg, reason)
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
         if self.options.dead_letter_exchange is not None and not self.deleted:
