@@ -26,6 +26,7 @@ from exchange_broker.core.queue_args import amqp_type, parse_expiration
 from exchange_broker.core.reply_to import PREFIX as REPLY_PREFIX
 from exchange_broker.core.reply_to import PSEUDO_QUEUE
 from exchange_broker.protocol import codec
+from exchange_broker.protocol.codec import SHORT_STRINGS
 from exchange_broker.protocol.connection import TooLarge
 from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, NO_ROUTE, NOT_ALLOWED,
                                                 NOT_IMPLEMENTED, PRECONDITION_FAILED)
@@ -95,22 +96,28 @@ class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
         tag = self.next_tag
         self.next_tag = tag + 1
         sess = self.session
-        sess.conn.send_parts(codec.deliver_frames(
-            self.number, consumer.tag_sh, tag, msg.redelivered, codec.short_str(msg.exchange),
-            codec.short_str(msg.routing_key), msg.properties, msg.body, sess.conn.frame_max))
+        conn = sess.conn
+        exchange_sh = SHORT_STRINGS.get(msg.exchange) or codec.short_cached(msg.exchange)
+        key_sh = SHORT_STRINGS.get(msg.routing_key) or codec.short_cached(msg.routing_key)
+        conn.send_parts(codec.deliver_frames(self.number, consumer.tag_sh, tag, msg.redelivered,
+                                             exchange_sh, key_sh, msg.properties, msg.body,
+                                             conn.frame_max))
         self.stats_delivered += 1
         sess.broker.stats["deliver"] += 1
         q = msg.queue  # the queue's message_stats (admin API)
-        if consumer.no_ack:
-            q.stats_deliver_no_ack += 1
-        else:
-            q.stats_deliver += 1
         if msg.redelivered:
             q.stats_redeliver += 1
         sess.out_pending += len(msg.body) + 96
         if sess.out_pending > OUTPUT_BUDGET:
             sess.writable = False  # resumes after the next flush
-        self._track(tag, msg, consumer, consumer.no_ack)
+        if consumer.no_ack:  # settled as it leaves (what _track does, inlined on the hot path)
+            q.stats_deliver_no_ack += 1
+            q.settle(msg)
+            if not sess.dirty:
+                sess.mark_dirty()
+        else:
+            q.stats_deliver += 1
+            self._track(tag, msg, consumer, False)
         return tag
 
     def _track(self, tag: int, msg: Message, consumer: Consumer | None, no_ack: bool) -> None:
@@ -146,7 +153,7 @@ class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
 
     # -- publishing ----------------------------------------------------------------------------------
     def publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
-                properties: bytes, body: bytes) -> None:
+                properties: bytes, body: bytes, quick: tuple | None = None) -> None:
         if immediate:
             raise AMQPError(NOT_IMPLEMENTED, "immediate=true", 60, 40, hard=True)
         sess = self.session
@@ -168,13 +175,15 @@ class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
         if self.tx:
             self.tx_publishes.append((ex, routing_key, mandatory, properties, body))
             return
-        self._route(ex, routing_key, mandatory, properties, body, seq)
+        self._route(ex, routing_key, mandatory, properties, body, seq, None, quick)
 
     def _route(self, ex, routing_key: str, mandatory: bool, properties: bytes, body: bytes,
-               seq: int, tokens: list | None = None) -> None:
+               seq: int, tokens: list | None = None, quick: tuple | None = None) -> None:
         sess = self.session
+        dm, prio, flags = quick or codec.quick_properties(properties)
         reply_to = sess.broker.reply_to
-        properties = reply_to.rewrite_reply_to(self, properties)
+        if flags & codec.FLAG_REPLY_TO:
+            properties = reply_to.rewrite_reply_to(self, properties)
         if ex.name == "" and routing_key.startswith(REPLY_PREFIX):
             routed = reply_to.deliver(routing_key, properties, body)
             if not routed and mandatory:
@@ -183,7 +192,6 @@ class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
                 self._confirm_enqueue(seq, 1)
             sess.mark_dirty()
             return
-        dm, prio, flags = codec.quick_properties(properties)
         msg = Message(ex.name, routing_key, properties, body, dm == 2, prio)
         ttl = parse_expiration(msg.props.get("expiration")) if flags & codec.FLAG_EXPIRATION else None
         routed, waiter, rejected = sess.broker.publish(sess.vhost, ex, msg,

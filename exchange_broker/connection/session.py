@@ -205,7 +205,7 @@ class Session:
             if t is ev.Publish:
                 ch = self.channels[event.channel]
                 ch.publish(event.exchange, event.routing_key, event.mandatory, event.immediate,
-                           event.properties, event.body)
+                           event.properties, event.body, event.quick)
             elif t is ev.Ack:
                 self.channels[event.channel].ack(event.kind, event.delivery_tag, event.multiple,
                                                  event.requeue)

@@ -98,6 +98,19 @@ def short_str(value: str) -> bytes:
     return _short(value)
 
 
+SHORT_STRINGS: dict[str, bytes] = {}  # exchange names and routing keys, encoded for deliveries
+_SHORT_STRINGS_MAX = 4096
+
+
+def short_cached(value: str) -> bytes:
+    """``short_str(value)``, remembered in SHORT_STRINGS (look there first; emptied when full)."""
+    encoded = _short(value)
+    if len(SHORT_STRINGS) >= _SHORT_STRINGS_MAX:
+        SHORT_STRINGS.clear()
+    SHORT_STRINGS[value] = encoded
+    return encoded
+
+
 _DECLARE_OK_COUNTS = struct.Struct(">II")
 
 
@@ -217,6 +230,7 @@ def encode_properties(props: dict) -> bytes:
 _FLAG_CT, _FLAG_CE, _FLAG_HEADERS, _FLAG_DM, _FLAG_PRIO = 1 << 15, 1 << 14, 1 << 13, 1 << 12, 1 << 11
 FLAG_HEADERS = _FLAG_HEADERS
 FLAG_EXPIRATION = 1 << 8
+FLAG_REPLY_TO = 1 << 9
 
 
 def headers_offset(raw: bytes) -> tuple[int, int]:

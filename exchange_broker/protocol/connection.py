@@ -43,6 +43,7 @@ _CH_CLOSE = commands.Channel.Close.index
 _CH_CLOSE_OK = commands.Channel.CloseOk.index
 _OPEN_OK_PAYLOAD = struct.pack(">HHI", 20, 11, 0)
 _CLOSE_OK_PAYLOAD = struct.pack(">HH", 20, 41)
+_PUBLISH_ID = struct.pack(">I", BASIC_PUBLISH)
 _CONN_CLOSE_OK_FRAME = _FRAME_HDR.pack(FRAME_METHOD, 0, 4) + struct.pack(">HH", 10, 51) + b"\xce"
 FRAME_SIZE_FUDGE = 8  # RabbitMQ accepts frames up to 8 bytes over frame_max (a common client slip)
 
@@ -207,16 +208,26 @@ class ServerConnection:
                                           hard=True)
                     payload = bytes(buf[pos + 7:end])
                     pos = end + 1
-                    # the hot path: a content frame of a publish in progress on an open channel
-                    content = channels.get(channel) if ftype != FRAME_METHOD else None
-                    if type(content) is Content and self.state == "opened":
-                        if ftype == FRAME_BODY:
-                            content_body(channels, channel, content, payload, out)
-                        else:
-                            self._frame(ftype, channel, payload, out)
-                        if out:  # at most the one publish event
-                            yield out.pop()
-                        continue
+                    # the hot path: a basic.publish, or a content frame of a publish in progress,
+                    # on an open channel (anything unusual takes the generic path below)
+                    if self.state == "opened":
+                        content = channels.get(channel, False)
+                        if ftype == FRAME_METHOD:
+                            if content is None and payload[:4] == _PUBLISH_ID:
+                                exchange, rk, mandatory, immediate = codec.decode_publish(payload)
+                                channels[channel] = Content(exchange, rk, mandatory, immediate)
+                                continue
+                        elif type(content) is Content:
+                            if ftype == FRAME_BODY:
+                                content_body(channels, channel, content, payload, out)
+                            elif ftype == FRAME_HEADER:
+                                content_header(channels, channel, content, payload,
+                                               self.max_message_size, out)
+                            else:
+                                self._frame(ftype, channel, payload, out)
+                            if out:  # at most one event: the publish, or a too-large refusal
+                                yield out.pop()
+                            continue
                     try:
                         self._frame(ftype, channel, payload, out)
                     except _Ignore:

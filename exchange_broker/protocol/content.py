@@ -20,7 +20,7 @@ class Content:
     """A message being received on a channel: basic.publish seen, header and body to come."""
 
     __slots__ = ("exchange", "routing_key", "mandatory", "immediate", "properties", "size", "parts",
-                 "received", "have_header", "discard")
+                 "received", "have_header", "discard", "quick")
 
     def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool) -> None:
         self.exchange = exchange
@@ -33,6 +33,7 @@ class Content:
         self.received = 0
         self.have_header = False
         self.discard = False  # too large: body frames are read and dropped
+        self.quick = None     # codec.quick_properties of the header: (delivery_mode, priority, flags)
 
 
 def content_header(channels: dict, channel: int, content: Content, payload: bytes, max_message_size: int,
@@ -47,7 +48,7 @@ def content_header(channels: dict, channel: int, content: Content, payload: byte
         raise AMQPError(UNEXPECTED_FRAME, f"expected content header for class 60, got one for "
                         f"class {class_id} instead", 60, 40, hard=True)
     content.properties = payload[12:]
-    codec.quick_properties(content.properties)  # validate before accepting the body
+    content.quick = codec.quick_properties(content.properties)  # validated before the body
     content.size = size
     content.have_header = True
     if size > max_message_size:
@@ -59,7 +60,7 @@ def content_header(channels: dict, channel: int, content: Content, payload: byte
     if size == 0:
         channels[channel] = None
         out.append(ev.Publish(channel, content.exchange, content.routing_key, content.mandatory,
-                              content.immediate, content.properties, b""))
+                              content.immediate, content.properties, b"", content.quick))
 
 
 def content_body(channels: dict, channel: int, content: Content, payload: bytes, out: list) -> None:
@@ -81,7 +82,7 @@ def content_body(channels: dict, channel: int, content: Content, payload: bytes,
             body = payload
         channels[channel] = None
         out.append(ev.Publish(channel, content.exchange, content.routing_key, content.mandatory,
-                              content.immediate, content.properties, body))
+                              content.immediate, content.properties, body, content.quick))
     else:
         content.parts.append(payload)
 

@@ -48,6 +48,7 @@ class Publish:
     immediate: bool
     properties: bytes  # raw property flags + values, forwarded untouched
     body: bytes
+    quick: tuple | None = None  # codec.quick_properties(properties), already computed
 
 
 @dataclass(slots=True)
