@@ -18,17 +18,17 @@ from pamqp import commands
 from exchange_broker.connection.confirms import ConfirmMethods
 from exchange_broker.connection.consumer import Consumer
 from exchange_broker.connection.definitions import DefinitionMethods
+from exchange_broker.connection.publishing import PublishMethods
 from exchange_broker.connection.transactions import TransactionMethods
 from exchange_broker.core import permissions as perms
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import generated
-from exchange_broker.core.queue_args import amqp_type, parse_expiration
-from exchange_broker.core.reply_to import PREFIX as REPLY_PREFIX
+from exchange_broker.core.queue_args import amqp_type
 from exchange_broker.core.reply_to import PSEUDO_QUEUE
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.codec import SHORT_STRINGS
 from exchange_broker.protocol.connection import TooLarge
-from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, NO_ROUTE, NOT_ALLOWED,
+from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, NOT_ALLOWED,
                                                 NOT_IMPLEMENTED, PRECONDITION_FAILED)
 from exchange_broker.protocol.errors import AMQPError
 
@@ -37,7 +37,7 @@ B, Q, E, C = commands.Basic, commands.Queue, commands.Exchange, commands.Channel
 OUTPUT_BUDGET = 512 * 1024  # delivery bytes a connection may queue before its flush
 
 
-class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
+class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMethods):
     def __init__(self, session, number: int) -> None:
         self.session = session
         self.number = number
@@ -150,72 +150,6 @@ class Channel(ConfirmMethods, DefinitionMethods, TransactionMethods):
         for q in {c.queue for c in self.consumers.values()}:
             if q.wants_dispatch:
                 q.dispatch()
-
-    # -- publishing ----------------------------------------------------------------------------------
-    def publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
-                properties: bytes, body: bytes, quick: tuple | None = None) -> None:
-        if immediate:
-            raise AMQPError(NOT_IMPLEMENTED, "immediate=true", 60, 40, hard=True)
-        sess = self.session
-        vhost = sess.vhost
-        sess.broker.check_write(sess, exchange, routing_key)  # write (and topic) permission, before the 404
-        ex = vhost.exchanges.get(exchange)
-        if ex is None:
-            raise AMQPError(404, f"no {vhost.describe('exchange', exchange)}", 60, 40, hard=False)
-        if ex.internal:
-            raise AMQPError(ACCESS_REFUSED, f"cannot publish to internal "
-                            f"{vhost.describe('exchange', exchange)}", 60, 40, hard=False)
-        if not sess.has_published:
-            sess.first_publish()
-        seq = 0
-        if self.confirm:
-            self.publish_seq += 1
-            seq = self.publish_seq
-        self.stats_published += 1
-        if self.tx:
-            self.tx_publishes.append((ex, routing_key, mandatory, properties, body))
-            return
-        self._route(ex, routing_key, mandatory, properties, body, seq, None, quick)
-
-    def _route(self, ex, routing_key: str, mandatory: bool, properties: bytes, body: bytes,
-               seq: int, tokens: list | None = None, quick: tuple | None = None) -> None:
-        sess = self.session
-        dm, prio, flags = quick or codec.quick_properties(properties)
-        reply_to = sess.broker.reply_to
-        if flags & codec.FLAG_REPLY_TO:
-            properties = reply_to.rewrite_reply_to(self, properties)
-        if ex.name == "" and routing_key.startswith(REPLY_PREFIX):
-            routed = reply_to.deliver(routing_key, properties, body)
-            if not routed and mandatory:
-                self._return_unroutable(ex.name, routing_key, properties, body)
-            if seq:
-                self._confirm_enqueue(seq, 1)
-            sess.mark_dirty()
-            return
-        msg = Message(ex.name, routing_key, properties, body, dm == 2, prio)
-        ttl = parse_expiration(msg.props.get("expiration")) if flags & codec.FLAG_EXPIRATION else None
-        routed, waiter, rejected = sess.broker.publish(sess.vhost, ex, msg,
-                                                       bool(flags & codec.FLAG_HEADERS), sess, ttl)
-        if not routed and mandatory:
-            self._return_unroutable(ex.name, routing_key, properties, body)
-        if seq:
-            if rejected:
-                self._confirm_enqueue(seq, 2)
-            elif waiter is None:
-                self._confirm_enqueue(seq, 1)
-            else:
-                entry = [seq, 0]
-                self.unconfirmed.append(entry)
-                waiter.add(self._confirmed, entry)
-        elif tokens is not None and waiter is not None:
-            tokens.append(waiter)
-
-    def _return_unroutable(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> None:
-        """basic.return 312 NO_ROUTE for a mandatory publish that reached no queue."""
-        conn = self.session.conn
-        conn.send_parts(codec.return_frames(self.number, NO_ROUTE, "NO_ROUTE", exchange, routing_key,
-                                            properties, body, conn.frame_max))
-        self.session.mark_dirty()
 
     # -- acknowledgements ----------------------------------------------------------------------------
     def ack(self, kind: int, delivery_tag: int, multiple: bool, requeue: bool) -> None:

@@ -203,9 +203,9 @@ class Session:
         t = type(event)
         try:
             if t is ev.Publish:
-                ch = self.channels[event.channel]
-                ch.publish(event.exchange, event.routing_key, event.mandatory, event.immediate,
-                           event.properties, event.body, event.quick)
+                self.channels[event.channel].publish_many((event,))
+            elif t is ev.Publishes:
+                self.channels[event.channel].publish_many(event.items)
             elif t is ev.Ack:
                 self.channels[event.channel].ack(event.kind, event.delivery_tag, event.multiple,
                                                  event.requeue)

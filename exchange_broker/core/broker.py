@@ -69,6 +69,9 @@ class Broker:
         self.reply_to = ReplyTo()
         self.loopback_users = set(loopback_users)
         self.delayed = DelayedExchanges(self)  # messages held by x-delayed-message exchanges
+        # while a run of publishes is routed, queues that could deliver wait here and dispatch
+        # once at its end (see dispatch_deferred); None: they dispatch at once
+        self.dispatch_later: list | None = None
         self.stats = {"publish": 0, "deliver": 0, "ack": 0, "confirm": 0, "return_unroutable": 0}
         self.add_vhost("/", store=False)
         if default_user:
@@ -214,6 +217,13 @@ class Broker:
             return False, None, False
         ex.stats_out += len(queues)  # publish_out: one per queue reached, as RabbitMQ counts it
         return self.enqueue(queues, msg, publisher, per_message_ttl)
+
+    def dispatch_deferred(self, later: list) -> None:
+        """End of a run of publishes: the queues that waited deliver now."""
+        self.dispatch_later = None
+        for q in later:
+            q.dispatch_queued = False
+            q.dispatch()
 
     def enqueue(self, queues: list[QueueType], msg: Message, publisher: Connection | None = None,
                 per_message_ttl: int | None = None) -> tuple[bool, Waiter | None, bool]:

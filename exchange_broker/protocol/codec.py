@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from pamqp import commands, frame as pframe
 
-from exchange_broker.protocol.constants import (FRAME_BODY, FRAME_END_BYTE, FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT,
+from exchange_broker.protocol.constants import (FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT,
                         FRAME_METHOD, SYNTAX_ERROR)
 from exchange_broker.protocol.errors import AMQPError
 
@@ -55,13 +55,23 @@ def content_frames(channel: int, class_id: int, properties: bytes, body: bytes,
     return parts
 
 
+_END_CONTENT_HDR = struct.Struct(">BBHIHHQ")  # frame end, then a content header frame's start
+_END_BODY_HDR = struct.Struct(">BBHI")  # frame end, then a body frame's header
+
+
 def deliver_frames(channel: int, consumer_tag_sh: bytes, delivery_tag: int, redelivered: bool,
                    exchange_sh: bytes, routing_key_sh: bytes, properties: bytes, body: bytes,
                    frame_max: int) -> list[bytes]:
     """basic.deliver + content; the short strings come pre-encoded (length-prefixed)."""
     args = consumer_tag_sh + _QB.pack(delivery_tag, 1 if redelivered else 0) + exchange_sh + routing_key_sh
-    head = _DELIVER_HEAD.pack(FRAME_METHOD, channel, 4 + len(args), 60, 60)
-    parts = [head, args, FRAME_END_BYTE]
+    head = _DELIVER_HEAD.pack(FRAME_METHOD, channel, 4 + len(args), 60, 60) + args
+    size = len(body)
+    if 0 < size <= frame_max - 8:  # the usual case: one body frame
+        return [head, _END_CONTENT_HDR.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(properties),
+                                            60, 0, size),
+                properties, _END_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size), body,
+                FRAME_END_BYTE]
+    parts = [head, FRAME_END_BYTE]
     parts += content_frames(channel, 60, properties, body, frame_max)
     return parts
 

@@ -184,6 +184,7 @@ class ServerConnection:
         buf = self._buf
         buf += data
         out: list = []
+        batch: list = []  # complete publishes on one channel, not yet handed up
         try:
             if self.state == "header":
                 if not self._receive_header(out):
@@ -226,8 +227,26 @@ class ServerConnection:
                             else:
                                 self._frame(ftype, channel, payload, out)
                             if out:  # at most one event: the publish, or a too-large refusal
-                                yield out.pop()
+                                event = out.pop()
+                                if type(event) is ev.Publish:
+                                    # publishes in a row on one channel go up together (nothing
+                                    # is answered between them, so the order of replies holds)
+                                    if batch and batch[0].channel != channel:
+                                        yield _publishes(batch)
+                                        batch = []
+                                    batch.append(event)
+                                    if len(batch) >= PUBLISH_BATCH:
+                                        yield _publishes(batch)
+                                        batch = []
+                                    continue
+                                if batch:
+                                    yield _publishes(batch)
+                                    batch = []
+                                yield event
                             continue
+                    if batch:  # what came before this frame is handled before it is
+                        yield _publishes(batch)
+                        batch = []
                     try:
                         self._frame(ftype, channel, payload, out)
                     except _Ignore:
@@ -243,10 +262,16 @@ class ServerConnection:
                         if self.state == "closed":
                             break
                         payload_max = self._payload_max  # tune-ok sets it
+                if batch:
+                    yield _publishes(batch)
+                    batch = []
             finally:
                 del buf[:pos]
         except AMQPError as err:
             self._buf.clear()
+            if batch:  # the publishes before the bad frame still count
+                yield _publishes(batch)
+                batch = []
             if self.state == "closing":  # still garbage after our close: give up on the peer
                 self.state = "closed"
                 yield ev.Closed(abrupt=True)
@@ -443,6 +468,14 @@ class ServerConnection:
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
         self.state = "open"
+
+
+PUBLISH_BATCH = 512  # most publishes handed up as one event
+
+
+def _publishes(batch: list):
+    """One publish as itself, several in a row as one ``ev.Publishes``."""
+    return batch[0] if len(batch) == 1 else ev.Publishes(batch[0].channel, batch)
 
 
 _REPLYING = frozenset({ev.ChannelOpened, ev.ChannelClosed, ev.Closing})  # events with a reply after them

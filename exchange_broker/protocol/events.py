@@ -52,6 +52,13 @@ class Publish:
 
 
 @dataclass(slots=True)
+class Publishes:
+    """Several complete basic.publish in a row on one channel, in order (nothing between them)."""
+    channel: int
+    items: list  # of Publish
+
+
+@dataclass(slots=True)
 class Ack:
     """basic.ack (kind 0), basic.nack (kind 1) or basic.reject (kind 2)."""
     channel: int

@@ -41,6 +41,7 @@ class ClassicQueue(QueueType):
         self.consumers: "ReadyDeque[Consumer]" = ReadyDeque()
         self.consumer_priorities = False
         self._dispatching = False
+        self.dispatch_queued = False  # waiting in broker.dispatch_later
         # TTL / expiry timers
         self.has_ttl = opts.message_ttl is not None
         self._expiry_at: float | None = None
@@ -163,7 +164,12 @@ class ClassicQueue(QueueType):
         if self.options.limited and self.options.overflow == "drop-head":
             self._drop_over_limit()
         if self.consumers and not self._dispatching:
-            self.dispatch()
+            later = self.broker.dispatch_later
+            if later is None:
+                self.dispatch()
+            elif not self.dispatch_queued:
+                self.dispatch_queued = True
+                later.append(self)
         if msg.expires_ms is not None and self.ready:
             self._expire_head()
             self._arm_expiry()
@@ -379,6 +385,9 @@ class ClassicQueue(QueueType):
 
     def _pick(self) -> Consumer | None:
         consumers = self.consumers
+        if len(consumers) == 1:  # single active consumer or not, priorities or not
+            c = consumers[0]
+            return c if c.can_take() else None
         if self.options.single_active_consumer:
             c = consumers[0]
             return c if c.can_take() else None
