@@ -31,6 +31,7 @@ from exchange_broker.protocol.errors import AMQPError
 log = logging.getLogger("exchange_broker.session")
 
 CLOSE_LINGER = 5.0    # after our close-ok: seconds the client has to hang up before we do
+INPUT_SLICE = 256     # messages (events) handled before other connections get a turn
 ABRUPT_LINGER = 0.25  # after input that cannot be framed: just long enough to drain what is in flight
 
 
@@ -78,6 +79,8 @@ class Session:
         self._confirm_flush: list[Channel] = []
         self.client_properties: dict = {}
         self._call_soon = broker.clock.call_soon
+        self._input = None         # the events of input not handled yet (see _work)
+        self._later: list[bytes] = []  # input that arrived meanwhile
         # closed channels whose publishes await the store: their place in the output (confirms
         # go in there) and the close-ok that ends it
         self._draining: dict[Channel, tuple] = {}
@@ -189,15 +192,49 @@ class Session:
 
     # -- input ---------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        events = self.conn.events(data)  # one frame at a time: each handled before the next is read
+        if self._input is not None:  # still working through earlier input: after it
+            self._later.append(data)
+            return
+        # one frame at a time: each handled before the next is read
+        self._work(self.conn.events(data), INPUT_SLICE)
+
+    def _work(self, events, budget: int) -> None:
+        """Handle ``events`` until they end or ``budget`` messages are done; then the rest waits
+        for the next loop turn (reading paused meanwhile), so that one busy publisher cannot
+        keep the other connections (its consumers' acks) waiting for a whole read buffer."""
         try:
             for event in events:
                 self._handle(event)
+                t = type(event)
+                budget -= len(event.items) if t is ev.Publishes else 1
+                if budget <= 0 and not self.closed:
+                    if self._input is None:
+                        self._input = events
+                        self._update_reading()
+                    self._call_soon(self._resume_input)
+                    self.mark_dirty()
+                    return
         except Exception:  # a bug must never take the server down; close this connection only
             events.close()
             log.exception("internal error on connection %s", self.name)
             self._handle_closing(self.conn.close(INTERNAL_ERROR, "internal error"))
+        if self._input is not None:
+            self._input = None
+            self._update_reading()
         self.mark_dirty()
+        if self._later:
+            data = b"".join(self._later)
+            self._later.clear()
+            self.data_received(data)
+
+    def _resume_input(self, budget: int = 0) -> None:
+        if self._input is not None:
+            self._work(self._input, budget or INPUT_SLICE)
+
+    def _finish_input(self) -> None:
+        """The connection is going: what the client sent before it went is still handled."""
+        while self._input is not None and not self.closed:
+            self._resume_input(1 << 30)
 
     def _handle(self, event) -> None:
         t = type(event)
@@ -291,6 +328,7 @@ class Session:
         self.broker.sessions.discard(self)
 
     def connection_lost(self) -> None:
+        self._finish_input()
         if not self.closed and self._finish is None and self.conn.state not in ("closed", "header"):
             if self.conn.state == "opened":
                 log.info("closing connection %s (user '%s', vhost '%s'): client unexpectedly "
@@ -345,7 +383,8 @@ class Session:
     def _update_reading(self) -> None:
         # paused: the client does not read what we write; stop reading its requests too, so
         # the replies it provokes cannot pile up in our write buffer without bound
-        want = not self.throttled_by and not self.blocked and not self.closed and not self.paused
+        want = not self.throttled_by and not self.blocked and not self.closed and not self.paused \
+            and self._input is None
         if want != self.reading:
             self.reading = want
             self._set_reading(want)

@@ -121,3 +121,35 @@ def test_a_run_is_delivered_to_a_consumer_in_order_with_one_tag_each():
     assert bodies == [b"n%d" % i for i in range(300)]
     acks = [f for _, f in got if type(f).__name__ == "Ack"]
     assert acks and acks[-1].delivery_tag == 300 and acks[-1].multiple
+
+
+def test_a_big_read_is_handled_in_slices_with_reading_paused_in_between():
+    from exchange_broker.connection.session import INPUT_SLICE
+    clock = ManualClock()
+    broker = make_broker(clock=clock)
+    reading: list[bool] = []
+    sess = Session(broker, lambda data: None, lambda: None, ("127.0.0.1", 1), set_reading=reading.append)
+    sess.data_received(HANDSHAKE + pframe.marshal(commands.Channel.Open(), 1)
+                       + pframe.marshal(commands.Queue.Declare(queue="q"), 1))
+    clock.advance()
+    q = broker.vhosts["/"].queues["q"]
+    n = INPUT_SLICE * 3 + 17
+    sess.data_received(b"".join(publish(b"s%d" % i) for i in range(n)))
+    assert 0 < len(q.ready) < n          # one slice now, the rest on later loop turns
+    assert reading == [False]            # and the client is not read meanwhile
+    sess.data_received(publish(b"late"))  # what a transport still hands over waits its turn
+    clock.advance()
+    assert [m.body for m in q.ready] == [b"s%d" % i for i in range(n)] + [b"late"]
+    assert reading == [False, True]
+
+
+def test_input_still_being_handled_when_the_client_hangs_up_is_not_lost():
+    clock = ManualClock()
+    broker = make_broker(clock=clock)
+    sess = Session(broker, lambda data: None, lambda: None, ("127.0.0.1", 1))
+    sess.data_received(HANDSHAKE + pframe.marshal(commands.Channel.Open(), 1)
+                       + pframe.marshal(commands.Queue.Declare(queue="q", durable=True), 1))
+    clock.advance()
+    sess.data_received(b"".join(publish(b"h%d" % i) for i in range(2000)))
+    sess.connection_lost()
+    assert len(broker.vhosts["/"].queues["q"].ready) == 2000
