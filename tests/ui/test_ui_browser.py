@@ -4,6 +4,7 @@ forms, closing a connection, live rate charts, and screenshots that are real ima
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -236,3 +237,37 @@ def test_phone_width_keeps_the_page_inside_the_screen(browser, ui_broker, tmp_pa
         assert distinct_colours(shot) > 10
     finally:
         context.close()
+
+
+def test_stream_page_shows_offsets_and_named_consumers(page, ui_broker):
+    name = uniq("ui-stream")
+    assert http(ui_broker.url, "PUT", f"/api/queues/%2F/{name}",
+                {"durable": True, "arguments": {"x-queue-type": "stream"}})[0] == 201
+    for i in range(5):
+        http(ui_broker.url, "POST", "/api/exchanges/%2F/amq.default/publish",
+             {"routing_key": name, "payload": f"s{i}", "payload_encoding": "string", "properties": {}})
+    assert http(ui_broker.url, "PUT", f"/api/stream-offsets/%2F/{name}/reporting", {"offset": 3})[0] == 204
+    goto(page, ui_broker, f"#/queues/%2F/{name}")
+    row = page.locator("tr[data-consumer='reporting']")
+    row.wait_for()
+    assert row.locator("td").nth(1).inner_text() == "3"
+    stream = page.locator("section", has=page.get_by_role("heading", name="Stream", exact=True))
+    assert "Next offset" in stream.inner_text() and "5" in stream.inner_text()
+    assert page.get_by_role("form", name="Get messages").count() == 0  # a stream has no basic.get
+
+
+def test_definitions_export_and_import(page, ui_broker, tmp_path):
+    goto(page, ui_broker, "#/admin/definitions")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download definitions").click()
+    saved = tmp_path / "definitions.json"
+    download.value.save_as(saved)
+    exported = json.loads(saved.read_text())
+    assert {"users", "vhosts", "queues", "exchanges", "bindings", "policies"} <= set(exported)
+    name = uniq("ui-imported")
+    form = page.get_by_role("form", name="Import definitions")
+    form.get_by_label("Definitions (JSON)").fill(json.dumps({"queues": [
+        {"name": name, "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}]}))
+    form.get_by_role("button", name="Upload definitions").click()
+    page.get_by_text("Definitions imported").wait_for()
+    assert http(ui_broker.url, "GET", f"/api/queues/%2F/{name}")[0] == 200

@@ -3,7 +3,7 @@
 (() => {
   const TABS = [["users", "Users"], ["vhosts", "Virtual hosts"], ["permissions", "Permissions"],
     ["policies", "Policies"], ["definitions", "Definitions"]];
-  const tabs = (active) => EB.h("nav", { class: "tabs", "aria-label": "Admin" }, TABS.map(([k, label]) =>
+  const tabs = (active) => EB.h("nav", { class: "tabs", "aria-label": "Admin" }, TABS.filter(([k]) => EB.isAdmin() || k === "policies").map(([k, label]) =>
     EB.h("a", { href: "#/admin/" + k, class: k === active ? "active" : undefined, "aria-current": k === active ? "page" : undefined }, label)));
 
   const users = async (box) => {
@@ -155,7 +155,8 @@
 
   const PAGES = { users, vhosts, permissions, policies, definitions };
   EB.route("admin", async (main, parts) => {
-    const tab = PAGES[parts[0]] ? parts[0] : "users";
+    // administrators see every tab; a policymaker its policies
+    const tab = !EB.isAdmin() ? "policies" : PAGES[parts[0]] ? parts[0] : "users";
     main.append(EB.h("h1", {}, "Admin"), tabs(tab));
     const box = EB.h("div", { id: "admin-" + tab });
     main.append(box);

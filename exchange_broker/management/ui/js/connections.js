@@ -13,14 +13,23 @@
     const box = EB.h("div", { id: "connections" });
     main.append(box);
     const refresh = async () => {
-      const path = EB.vhost() ? "/api/vhosts/" + EB.enc(EB.vhost()) + "/connections" : "/api/connections";
-      const conns = await EB.get(path);
+      const scope = EB.vhost() ? "/api/vhosts/" + EB.enc(EB.vhost()) : "/api";
+      const [conns, chans] = await Promise.all([EB.get(scope + "/connections"), EB.get(scope + "/channels")]);
+      const rates = {};  // a connection's rates: the sum of its channels'
+      for (const c of chans) {
+        const r = rates[c.connection_details.name] || (rates[c.connection_details.name] = { publish: 0, deliver: 0 });
+        r.publish += EB.pick(c, "message_stats.publish_details.rate") || 0;
+        r.deliver += EB.pick(c, "message_stats.deliver_details.rate") || 0;
+      }
+      const rate = (c, key) => EB.rate((rates[c.name] || {})[key] || 0);
       EB.clear(box).append(EB.table([
         { label: "Name", render: (c) => EB.link(connHref(c.name), c.user_provided_name ? c.user_provided_name + " (" + c.name + ")" : c.name) },
         { label: "Virtual host", key: "vhost" }, { label: "User", key: "user" }, { label: "State", key: "state" },
         { label: "Client", value: client, narrow: true }, { label: "Channels", key: "channels", num: true },
         { label: "Heartbeat", render: (c) => c.timeout + " s", narrow: true },
-      ], conns, { empty: "No connections." }));
+        { label: "Publish", value: (c) => rate(c, "publish"), num: true },
+        { label: "Deliver", value: (c) => rate(c, "deliver"), num: true },
+      ], conns, { empty: "No connections.", rowData: (c) => ({ connection: c.user_provided_name || c.name }) }));
     };
     await refresh();
     EB.every(() => refresh().catch(EB.fail));
