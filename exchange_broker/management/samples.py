@@ -6,10 +6,11 @@ broker already keeps (``broker.stats``, each queue's, exchange's and channel's `
 never adds work to the delivery path.
 
 Memory is bounded by the number of samples kept times the objects whose values *changed* in a
-sample: each sample stores, per table (queues, lengths, exchanges, channels), only the objects whose
-values moved, with their value before the sample; the values as of the newest sample are kept
-once. An idle queue costs one entry (or none, while all its values are zero); a deleted one leaves
-the current values at the next sample.
+sample: each sample stores, per table (queues: counters and lengths; exchanges; channels), only the
+objects whose values moved, with their values before the sample (one tuple, keyed by the object's
+one key tuple); the values as of the newest sample are kept once. An idle queue costs one entry
+(or none, while all its values are zero); a deleted one leaves the current values at the next
+sample.
 
 The API side (:func:`parse_ranges`, :meth:`Rates.details`) follows RabbitMQ's management plugin:
 ``lengths_age``/``lengths_incr`` (queue lengths) and ``msg_rates_age``/``msg_rates_incr`` (message
@@ -34,10 +35,11 @@ DEFAULT_INTERVAL = 5.0     # seconds between samples (``--stats-sample-interval`
 HISTORY_SECONDS = 600      # samples kept for at least this long (10 minutes)
 RATE_SAMPLES = 3           # a rate: growth since the third newest sample, per second
 MAX_RANGE = 500            # RabbitMQ's limit on age / incr
-TABLES = ("queues", "lengths", "exchanges", "channels")
+TABLES = ("queues", "exchanges", "channels")
 CHANNEL_COUNTERS = (("publish", 0), ("deliver", 1), ("ack", 2))
 LENGTH_FIELDS = (("messages_ready", 0), ("messages_unacknowledged", 1))
-_ZEROS = {"queues": (0,) * len(QUEUE_COUNTERS), "lengths": (0, 0),
+LENGTHS_AT = len(QUEUE_COUNTERS)  # a queue's values: its counters, then (ready, unacknowledged)
+_ZEROS = {"queues": (0,) * (LENGTHS_AT + 2),
           "exchanges": (0,) * len(EXCHANGE_COUNTERS), "channels": (0, 0, 0)}
 
 
@@ -107,28 +109,28 @@ class Sample:
         return self.changed["queues"]
 
 
-def _snapshot(broker) -> tuple[dict, tuple]:
-    """table -> {key: values} for every object with a non-zero value, and the queue totals."""
+def _snapshot(broker, keys: dict) -> tuple[dict, tuple]:
+    """table -> {key: values} for every object with a non-zero value, and the queue totals.
+    ``keys`` gives the key tuple already held for an object, so samples share one per object."""
     unacked = unacked_by_queue(broker)
     tables: dict = {t: {} for t in TABLES}
-    queues, lengths, exchanges = tables["queues"], tables["lengths"], tables["exchanges"]
+    queues, exchanges = tables["queues"], tables["exchanges"]
     zq = _ZEROS["queues"]
     ready_total = unacked_total = 0
     for vh in broker.vhosts.values():
         name = vh.name
         for q in vh.queues.values():
-            key = (name, q.name)
-            values = queue_counters(q)
-            if values != zq:  # an unused queue costs nothing: missing reads as zeros
-                queues[key] = values
             ready, n_unacked = q.message_count, unacked.get(id(q), (0, 0))[0]
-            if ready or n_unacked:
-                lengths[key] = (ready, n_unacked)
-                ready_total += ready
-                unacked_total += n_unacked
+            values = (*queue_counters(q), ready, n_unacked)
+            if values != zq:  # an unused, empty queue costs nothing: missing reads as zeros
+                key = (name, q.name)
+                queues[keys.get(key, key)] = values
+            ready_total += ready
+            unacked_total += n_unacked
         for ex in vh.exchanges.values():
             if ex.stats_in or ex.stats_out:
-                exchanges[(name, ex.name)] = exchange_counters(ex)
+                key = (name, ex.name)
+                exchanges[keys.get(key, key)] = exchange_counters(ex)
     channels = tables["channels"]
     for sess in list(broker.sessions):
         for ch in list(sess.channels.values()):
@@ -147,10 +149,12 @@ class Rates:
         self.kept = max(RATE_SAMPLES, math.ceil(seconds / interval) + 1)
         self._samples: deque[Sample] = deque(maxlen=self.kept)
         self._current: dict = {t: {} for t in TABLES}
+        self._keys: dict = {}  # the key tuple in use for each object counted now
 
     # -- recording -------------------------------------------------------------------------------
     def sample(self, broker) -> None:
-        tables, totals = _snapshot(broker)
+        tables, totals = _snapshot(broker, self._keys)
+        self._keys = {k: k for table in ("queues", "exchanges") for k in tables[table]}
         changed = {}
         for table in TABLES:
             old, new, zeros = self._current[table], tables[table], _ZEROS[table]
@@ -187,12 +191,18 @@ class Rates:
         out.reverse()
         return out
 
-    def _rate(self, current: float, old: float | None, *, signed: bool = False) -> float:
+    def _base(self) -> tuple[int, float] | None:
+        """(index of the sample rates are measured from, seconds since it); None while there is
+        no sample or the newest reference is under half a second old (no rate yet: 0.0)."""
         index = self._reference()
-        if index is None or old is None:
-            return 0.0
+        if index is None:
+            return None
         dt = time.monotonic() - self._samples[index].at
-        if dt < 0.5:
+        return None if dt < 0.5 else (index, dt)
+
+    @staticmethod
+    def _rate(current: float, old: float | None, dt: float, signed: bool = False) -> float:
+        if old is None:
             return 0.0
         rate = (current - old) / dt
         return round(rate if signed else max(0.0, rate), 1)
@@ -220,15 +230,17 @@ class Rates:
         return out
 
     def _table_stats(self, table: str, key, names: Iterable[str], values: tuple, rng: Range | None,
-                     *, signed: bool = False) -> dict:
-        index = self._reference()
-        old = self._value_at(table, key, index) if index is not None else None
+                     *, first: int = 0, signed: bool = False) -> dict:
+        """``names[i]`` is ``values[i]`` now and ``stored[first + i]`` in the samples."""
+        base = self._base()
+        old, dt = (self._value_at(table, key, base[0]), base[1]) if base is not None else (None, 1.0)
         series = self._series(table, key) if rng is not None else []
         out: dict = {}
         for i, name in enumerate(names):
+            j = first + i
             out[name] = values[i]
-            rate = self._rate(values[i], None if old is None else old[i], signed=signed)
-            out[f"{name}_details"] = self.details(rate, [(t, v[i]) for t, v in series], rng)
+            rate = self._rate(values[i], None if old is None else old[j], dt, signed)
+            out[f"{name}_details"] = self.details(rate, [(t, v[j]) for t, v in series], rng)
         return out
 
     def queue_stats(self, q, rng: Range | None = None) -> dict:
@@ -238,8 +250,8 @@ class Rates:
 
     def queue_lengths(self, q, ready: int, unacked: int, rng: Range | None = None) -> dict:
         """messages_ready / messages_unacknowledged / messages with their details (rates of change)."""
-        out = self._table_stats("lengths", (q.vhost, q.name), [k for k, _ in LENGTH_FIELDS],
-                                (ready, unacked), rng, signed=True)
+        out = self._table_stats("queues", (q.vhost, q.name), [k for k, _ in LENGTH_FIELDS],
+                                (ready, unacked), rng, first=LENGTHS_AT, signed=True)
         return _with_total(out)
 
     def exchange_stats(self, ex, rng: Range | None = None) -> dict:
@@ -256,25 +268,25 @@ class Rates:
         """The overview's message_stats: every global counter with its rate."""
         cur = global_counters(broker)
         cur["deliver_get"] = delivered_total(cur)
-        index = self._reference()
+        base = self._base()
         out: dict = {}
         for key, value in cur.items():
             pick = _global_pick(key)
-            old = pick(self._samples[index]) if index is not None else None
+            old = pick(self._samples[base[0]]) if base is not None else None
             series = [(s.ts, pick(s)) for s in self._samples] if rng is not None else []
             out[key] = value
-            out[f"{key}_details"] = self.details(self._rate(value, old), series, rng)
+            out[f"{key}_details"] = self.details(self._rate(value, old, base[1] if base else 1.0), series, rng)
         return out
 
     def queue_totals(self, ready: int, unacked: int, rng: Range | None = None) -> dict:
         """The overview's queue_totals, with the rate of change (and samples) of each."""
-        index = self._reference()
-        old = self._samples[index].totals if index is not None else None
+        base = self._base()
+        old, dt = (self._samples[base[0]].totals, base[1]) if base is not None else (None, 1.0)
         series = [(s.ts, s.totals) for s in self._samples] if rng is not None else []
         out: dict = {}
         for name, i in LENGTH_FIELDS:
             value = (ready, unacked)[i]
-            rate = self._rate(value, None if old is None else old[i], signed=True)
+            rate = self._rate(value, None if old is None else old[i], dt, signed=True)
             out[name] = value
             out[f"{name}_details"] = self.details(rate, [(t, v[i]) for t, v in series], rng)
         return _with_total(out)
