@@ -271,3 +271,31 @@ def test_definitions_export_and_import(page, ui_broker, tmp_path):
     form.get_by_role("button", name="Upload definitions").click()
     page.get_by_text("Definitions imported").wait_for()
     assert http(ui_broker.url, "GET", f"/api/queues/%2F/{name}")[0] == 200
+
+
+def test_queue_list_pages_sorts_and_filters_by_regex(page, ui_broker):
+    prefix = uniq("ui-many")
+    queues = [{"name": f"{prefix}-{i:03d}", "vhost": "/", "durable": False, "auto_delete": False,
+               "arguments": {}} for i in range(150)]
+    assert http(ui_broker.url, "POST", "/api/definitions", {"queues": queues})[0] == 204
+    goto(page, ui_broker, "#/queues")
+    page.get_by_label("Queues per page").select_option("20")
+    page.get_by_label("Filter queues by name").fill(prefix)
+    pager = page.locator("#queue-pager")
+    page.wait_for_function("document.querySelector('#queue-pager')?.textContent.includes('Page 1 of 8')")
+    assert "150 of" in pager.inner_text()
+    rows = page.locator("#queues tbody tr")
+    assert rows.count() == 20
+    assert rows.first.get_attribute("data-queue") == f"{prefix}-000"
+    pager.get_by_role("button", name="Next ›").click()
+    page.wait_for_function("document.querySelector('#queue-pager')?.textContent.includes('Page 2 of 8')")
+    assert rows.first.get_attribute("data-queue") == f"{prefix}-020"
+    # sort by name, descending (the column header is a button)
+    page.get_by_role("button", name="Name ▲").click()
+    page.wait_for_function(f"document.querySelector('#queues tbody tr')?.dataset.queue === '{prefix}-149'")
+    # a regular expression
+    page.get_by_label("Regex").check()
+    page.get_by_label("Filter queues by name").fill(prefix + "-1[0-4]7$")
+    page.wait_for_function("document.querySelectorAll('#queues tbody tr').length === 5")
+    assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.queue)")) == \
+        [f"{prefix}-{n}" for n in ("107", "117", "127", "137", "147")]

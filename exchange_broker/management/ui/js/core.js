@@ -37,7 +37,7 @@ EB.api = async (method, path, body, auth, extraHeaders) => {
   }
   let resp;
   try {
-    resp = await fetch(path, init);
+    resp = await fetch(path.replace(/^\//, ""), init);  // relative to the page: works under a path prefix
   } catch (err) {
     throw new EB.ApiError(0, "The broker cannot be reached (" + err.message + ")");
   }

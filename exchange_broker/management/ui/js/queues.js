@@ -19,7 +19,9 @@
     main.append(EB.h("div", { class: "toolbar" }, nameInput, EB.h("label", { class: "check", for: "queue-regex" }, regex, "Regex"),
       size), pager, box);
 
+    let latest = 0;  // answers can arrive out of order (typing, paging, the timer): show the newest only
     const refresh = async () => {
+      const seq = (latest += 1);
       const q = new URLSearchParams({ page: state.page, page_size: state.size, sort: state.sort,
         sort_reverse: state.reverse, columns: COLUMNS });
       if (state.name) { q.set("name", state.name); q.set("use_regex", state.regex); }
@@ -33,9 +35,11 @@
         }
         throw err;
       }
+      if (seq !== latest) return;
       const onSort = (key) => {
         state.reverse = state.sort === key ? !state.reverse : false;
         state.sort = key;
+        state.page = 1;
         refresh().catch(EB.fail);
       };
       EB.clear(box).append(EB.table([
