@@ -62,7 +62,7 @@
   const one = async (main, vhost, name) => {
     const x = await EB.get(exPath(vhost, name));
     main.append(EB.h("h1", {}, "Exchange " + display(x.name)), EB.h("p", { class: "muted" }, "Virtual host " + vhost));
-    const details = EB.h("div"), chart = EB.h("div"), out = EB.h("div"), inc = EB.h("div");
+    const details = EB.h("div"), chart = EB.h("div", { class: "charts" }), out = EB.h("div"), inc = EB.h("div");
     main.append(EB.section("Details", details), chart, EB.section("Bindings from this exchange", out),
       EB.section("Bindings to this exchange", inc));
     const refresh = async () => {
