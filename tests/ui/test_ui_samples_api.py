@@ -184,3 +184,15 @@ def test_ui_served_from_the_package_without_external_urls(tb):
             # nothing fetched from elsewhere (the SVG namespace URI is a name, never fetched)
             assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//|url\(\s*[\"']?(https?:)?//|@import",
                                  text), path
+
+
+def test_login_failure_challenges_clients_but_not_the_ui(tb):
+    """curl and friends get the Basic challenge; the UI's calls (X-Requested-With) do not, so the
+    browser shows the UI's own message instead of its login dialog."""
+    plain, ui = {}, {}
+    assert http(tb.admin_url, "GET", "/api/whoami", password="wrong", answer_headers=plain)[0] == 401
+    status, body = http(tb.admin_url, "GET", "/api/whoami", password="wrong", answer_headers=ui,
+                        headers={"X-Requested-With": "XMLHttpRequest"})
+    assert (status, body) == (401, {"error": "not_authorized", "reason": "Login failed"})
+    assert plain["www-authenticate"].startswith("Basic realm=")
+    assert "www-authenticate" not in ui

@@ -16,18 +16,25 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 
 def http(base: str, method: str, path: str, body: Any = None, *, user: str = "guest",
-         password: str = "guest") -> tuple[int, Any]:
-    """(status, parsed JSON or text or None) of one admin API call with HTTP Basic."""
+         password: str = "guest", headers: dict | None = None, answer_headers: dict | None = None
+         ) -> tuple[int, Any]:
+    """(status, parsed JSON or text or None) of one admin API call with HTTP Basic; the answer's
+    headers go into ``answer_headers`` when given."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(base + path, data=data, method=method)
     req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
     if data is not None:
         req.add_header("Content-Type", "application/json")
+    for key, value in (headers or {}).items():
+        req.add_header(key, value)
     try:
         with urllib.request.urlopen(req, timeout=15) as resp:
-            status, payload, ctype = resp.status, resp.read(), resp.headers.get("content-type", "")
+            status, payload, got = resp.status, resp.read(), resp.headers
     except urllib.error.HTTPError as exc:
-        status, payload, ctype = exc.code, exc.read(), exc.headers.get("content-type", "")
+        status, payload, got = exc.code, exc.read(), exc.headers
+    if answer_headers is not None:
+        answer_headers.update({k.lower(): v for k, v in got.items()})
+    ctype = got.get("content-type", "")
     if not payload:
         return status, None
     return status, json.loads(payload) if "json" in ctype else payload.decode("utf-8", "replace")
