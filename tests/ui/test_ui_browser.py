@@ -299,3 +299,24 @@ def test_queue_list_pages_sorts_and_filters_by_regex(page, ui_broker):
     page.wait_for_function("document.querySelectorAll('#queues tbody tr').length === 5")
     assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.queue)")) == \
         [f"{prefix}-{n}" for n in ("107", "117", "127", "137", "147")]
+
+
+def test_management_user_sees_no_admin_and_a_user_without_tag_is_refused(browser, ui_broker):
+    viewer, nobody = uniq("ui-viewer"), uniq("ui-nobody")
+    for name, tags in ((viewer, "management"), (nobody, "")):
+        assert http(ui_broker.url, "PUT", f"/api/users/{name}", {"password": "pw", "tags": tags})[0] == 201
+        http(ui_broker.url, "PUT", f"/api/permissions/%2F/{name}", {"configure": ".*", "write": ".*", "read": ".*"})
+    context = browser.new_context()
+    try:
+        pg = context.new_page()
+        login(pg, ui_broker.url, nobody, "pw")
+        pg.locator("#messages .msg.error").wait_for()
+        assert "Not management user" in pg.locator("#messages").inner_text()
+        login(pg, ui_broker.url, viewer, "pw")
+        pg.wait_for_selector("#totals .stat")
+        assert pg.locator("#whoami").inner_text() == f"{viewer} (management)"
+        assert pg.locator("#nav-admin").is_hidden()
+        pg.get_by_role("link", name="Queues").click()
+        pg.locator("#queue-pager").wait_for()
+    finally:
+        context.close()
