@@ -43,9 +43,13 @@ def build_overview(ctx: AdminContext, who: Principal | None = None, ranges: Rang
             consumers += len(q.consumers)
     open_sessions = sessions(ctx, who)
     channels = sum(len(s.channels) for s in open_sessions)
-    queue_totals = ctx.rates.queue_totals(ready, unack, ranges.lengths)
-    if len(vhosts) != len(broker.vhosts):  # the totals sampled are the broker's: only for who sees all
-        queue_totals = ctx.rates.queue_totals(ready, unack)
+    if len(vhosts) == len(broker.vhosts):
+        queue_totals = ctx.rates.queue_totals(ready, unack, ranges.lengths)
+    else:  # the totals sampled are the broker's: not for a user who sees only some vhosts
+        zero = {"rate": 0.0}
+        queue_totals = {"messages": ready + unack, "messages_details": dict(zero), "messages_ready": ready,
+                        "messages_ready_details": dict(zero), "messages_unacknowledged": unack,
+                        "messages_unacknowledged_details": dict(zero)}
     return {
         "management_version": RABBIT_COMPAT_VERSION,
         "rates_mode": "basic",

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from ui_support import CHROMIUM, CHROMIUM_ARGS
+from ui_support import CHROMIUM, CHROMIUM_ARGS, login
 
 from eb_support import SubprocessBroker, free_port, wait_until
 
@@ -51,15 +51,6 @@ def browser():
             yield b
         finally:
             b.close()
-
-
-def login(page, base: str, user: str = "guest", password: str = "guest") -> None:
-    """Log in with the keyboard only: type, Tab, type, Enter."""
-    page.goto(base + "/")
-    page.get_by_label("Username").fill(user)
-    page.keyboard.press("Tab")
-    page.keyboard.type(password)
-    page.keyboard.press("Enter")
 
 
 @pytest.fixture(scope="module")

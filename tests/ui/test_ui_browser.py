@@ -9,8 +9,7 @@ import threading
 import time
 
 import pytest
-from conftest import login
-from ui_support import distinct_colours, http
+from ui_support import distinct_colours, http, login
 
 from eb_support import close_quietly, pika_connect, uniq, wait_until
 

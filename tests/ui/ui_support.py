@@ -48,3 +48,12 @@ def distinct_colours(png: Path) -> int:
         assert img.format == "PNG"
         colours = img.convert("RGB").getcolors(maxcolors=1 << 24)
     return len(colours or [])
+
+
+def login(page, base: str, user: str = "guest", password: str = "guest") -> None:
+    """Log in with the keyboard only: type, Tab, type, Enter."""
+    page.goto(base + "/")
+    page.get_by_label("Username").fill(user)
+    page.keyboard.press("Tab")
+    page.keyboard.type(password)
+    page.keyboard.press("Enter")
