@@ -145,7 +145,8 @@ async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     host, port = config.admin_listen_host, config.admin_port
     # HTTPS with the amqps certificate unless --no-admin-tls
     ssl_options = server.tls.uvicorn_options() if server.tls is not None and not config.no_admin_tls else None
-    admin = AdminServer(broker, host, port, amqp_server=server, ssl_options=ssl_options)
+    admin = AdminServer(broker, host, port, amqp_server=server, ssl_options=ssl_options,
+                        sample_interval=config.stats_sample_interval)
     try:
         await admin.start()
     except OSError as exc:

@@ -106,6 +106,9 @@ class Config:
     admin_port: int = setting(15672, "admin HTTP API port (0 turns it off)", group="admin API")
     admin_host: str | None = setting(None, "admin HTTP API listen address", group="admin API",
                                      default_text="--host")
+    stats_sample_interval: float = setting(
+        5.0, "seconds between the admin API's statistics samples (rates, the UI's charts); "
+             "10 minutes of samples are kept", group="admin API")
     log_level: str = setting("INFO", "logging level (DEBUG, INFO, WARNING, ERROR)", group="logging",
                              commands=(SERVE, DB))
 
@@ -118,6 +121,7 @@ class Config:
                      "consumer_timeout", "queue_window", "handshake_timeout"):
             _check(self, name, 0, None, "a number")
         _check(self, "frame_max", FRAME_MIN_SIZE, 2 ** 32 - 1, "a frame size")
+        _check(self, "stats_sample_interval", 0.1, 3600, "a number of seconds")
         for f in fields(self):
             choices = f.metadata["choices"]
             if choices and getattr(self, f.name) not in choices:

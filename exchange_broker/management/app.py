@@ -16,14 +16,14 @@ import fastapi_offline
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exchange_broker import __version__
 from exchange_broker.management import (bindings, connections, definitions, exchanges, messages, metrics,
                                         overview, permissions, policies, queues, streams, users, vhosts)
-from exchange_broker.management import health, limits, topic_permissions
+from exchange_broker.management import health, limits, move, topic_permissions, ui_routes
 from exchange_broker.management.auth import REALM
 from exchange_broker.management.common import AdminContext, ServiceError
 
@@ -32,7 +32,7 @@ log = logging.getLogger("exchange_broker.admin")
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 
 # in this order (a path's first route answers 405 for the other methods, with its Allow header)
-RESOURCES = (overview, metrics, vhosts, permissions, users, streams, exchanges, bindings, messages, queues,
+RESOURCES = (overview, metrics, vhosts, permissions, users, streams, exchanges, bindings, messages, move, queues,
              connections, definitions, policies, health, limits, topic_permissions)
 
 
@@ -80,10 +80,18 @@ class _Guard:
                 await send({"type": "http.response.body", "body": body.encode()})
 
 
+def _challenge(request: Request) -> dict:
+    """The Basic challenge of a 401, but not for the web UI's own calls (``X-Requested-With``):
+    a browser answers a challenge with its login dialog, and the UI has its own login form."""
+    if request.headers.get("x-requested-with", "").lower() == "xmlhttprequest":
+        return {}
+    return {"WWW-Authenticate": f'Basic realm="{REALM}"'}
+
+
 async def _service_error(request: Request, exc: ServiceError):
     headers = {}
     if exc.status == 401 and exc.error == "not_authorized":
-        headers["WWW-Authenticate"] = f'Basic realm="{REALM}"'
+        headers = _challenge(request)
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
@@ -92,7 +100,7 @@ async def _http_error(request: Request, exc: StarletteHTTPException):
         body = {"error": "Object Not Found", "reason": "Not Found"}
     elif exc.status_code == 401:
         return JSONResponse({"error": "not_authorized", "reason": "Login failed"}, status_code=401,
-                            headers={"WWW-Authenticate": f'Basic realm="{REALM}"'})
+                            headers=_challenge(request))
     elif exc.status_code == 405:
         body = {"error": "method_not_allowed", "reason": f"{request.method} is not allowed here"}
     else:
@@ -136,10 +144,7 @@ def create_app(context: AdminContext) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
 
-    @app.get("/", include_in_schema=False)
-    async def root():
-        return RedirectResponse("/api/docs")
-
+    ui_routes.mount(app)  # the web UI: "/" and its files under /ui/
     _docs(app)
 
     for resource in RESOURCES:

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from exchange_broker.core import permissions
-from exchange_broker.management.stats import Rates
+from exchange_broker.management.samples import DEFAULT_INTERVAL, Rates
 from exchange_broker.protocol.constants import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED
 from exchange_broker.protocol.errors import AMQPError
 
@@ -33,14 +33,15 @@ CONFIGURE, WRITE, READ = permissions.CONFIGURE, permissions.WRITE, permissions.R
 class AdminContext:
     """The admin API's state. ``amqp_server`` (optional) tells connection listings the listener."""
 
-    def __init__(self, broker: "Broker", amqp_server: Any = None) -> None:
+    def __init__(self, broker: "Broker", amqp_server: Any = None, *,
+                 sample_interval: float = DEFAULT_INTERVAL) -> None:
         self.broker = broker
         self.amqp_server = amqp_server
         self.started_at = time.time()
-        self.rates = Rates()
+        self.rates = Rates(sample_interval)
 
     def sample(self) -> None:
-        """Record counters for rates (the admin server calls this every few seconds)."""
+        """Record counters and queue lengths (the admin server calls this every ``sample_interval`` s)."""
         self.rates.sample(self.broker)
 
     def uptime_ms(self) -> int:

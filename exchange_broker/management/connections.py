@@ -35,6 +35,15 @@ def conn_name(ctx: AdminContext, sess) -> str:
     return sess.name
 
 
+def _conn_state(sess, state: str) -> str:
+    """running; blocked (publishers held by a resource alarm); flow (reading paused); or closing."""
+    if state != "opened":
+        return state
+    if getattr(sess, "blocked", False):
+        return "blocked"
+    return "running" if getattr(sess, "reading", True) else "flow"
+
+
 def conn_info(ctx: AdminContext, sess) -> dict:
     conn = sess.conn
     peer = sess.peer or ("", 0)
@@ -50,8 +59,7 @@ def conn_info(ctx: AdminContext, sess) -> dict:
         "host": listener.host if listener is not None else None,
         "port": listener.port if listener is not None else None,
         "peer_host": peer[0], "peer_port": peer[1],
-        "state": "running" if state == "opened" and getattr(sess, "reading", True)
-        else ("flow" if state == "opened" else state),
+        "state": _conn_state(sess, state),
         "channels": len(sess.channels), "channel_max": conn.channel_max, "frame_max": conn.frame_max,
         "timeout": conn.heartbeat, "client_properties": cp,
         "user_provided_name": cp.get("connection_name"), "auth_mechanism": "PLAIN", "ssl": False,
@@ -97,9 +105,7 @@ def channel_info(ctx: AdminContext, sess, ch) -> dict:
         "messages_uncommitted": len(ch.tx_publishes), "acks_uncommitted": len(ch.tx_acks),
         "prefetch_count": ch.prefetch, "global_prefetch_count": ch.global_prefetch,
         "confirm": ch.confirm, "transactional": ch.tx,
-        "message_stats": {"publish": ch.stats_published, "publish_details": {"rate": 0.0},
-                          "deliver": ch.stats_delivered, "deliver_details": {"rate": 0.0},
-                          "ack": ch.stats_acked, "ack_details": {"rate": 0.0}},
+        "message_stats": ctx.rates.channel_stats(ch),  # publish, deliver, ack with their rates
     }
 
 

@@ -15,9 +15,9 @@ from exchange_broker.management.common import (CONFIGURE, AdminContext, Principa
                                                 exchange_name, find_exchange, find_vhost, from_amqp, not_found,
                                                 visible_vhosts)
 from exchange_broker.management.fields import arguments_from, bool_from, str_from, to_json
-from exchange_broker.management.stats import Rates
+from exchange_broker.management.samples import NO_RANGES, Ranges, Rates
 from exchange_broker.management.web import (Ctx, Who, body_doc, created, flag, json_object, listing,
-                                            no_content, u)
+                                            no_content, ranges, u)
 from exchange_broker.protocol.errors import AMQPError
 
 router = APIRouter(tags=["exchanges"])
@@ -32,24 +32,26 @@ class ExchangeBody(BaseModel):
 
 
 # ---- service -----------------------------------------------------------------------------------
-def exchange_info(ex, rates: Rates | None = None) -> dict:
+def exchange_info(ex, rates: Rates | None = None, ranges: Ranges = NO_RANGES) -> dict:
     info = {"name": ex.name, "vhost": ex.vhost, "type": ex.type, "durable": ex.durable,
             "auto_delete": ex.auto_delete, "internal": ex.internal,
             "arguments": to_json(ex.arguments), "user_who_performed_action": "",
             "policy": None}
     if ex.stats_in or ex.stats_out:  # RabbitMQ shows message_stats once something was published
-        info["message_stats"] = (rates or Rates()).exchange_stats(ex)
+        info["message_stats"] = (rates or Rates()).exchange_stats(ex, ranges.msg_rates)
     return info
 
 
-def list_exchanges(ctx: AdminContext, vhost: str | None = None, who: Principal | None = None) -> list[dict]:
-    return [exchange_info(ex, ctx.rates) for vh in visible_vhosts(ctx.broker, vhost, who)
+def list_exchanges(ctx: AdminContext, vhost: str | None = None, who: Principal | None = None,
+                   ranges: Ranges = NO_RANGES) -> list[dict]:
+    return [exchange_info(ex, ctx.rates, ranges) for vh in visible_vhosts(ctx.broker, vhost, who)
             for ex in vh.exchanges.values()]
 
 
-def get_exchange(ctx: AdminContext, vhost: str, name: str, who: Principal | None = None) -> dict:
+def get_exchange(ctx: AdminContext, vhost: str, name: str, who: Principal | None = None,
+                 ranges: Ranges = NO_RANGES) -> dict:
     visible_vhosts(ctx.broker, vhost, who)
-    return exchange_info(find_exchange(ctx.broker, vhost, name), ctx.rates)
+    return exchange_info(find_exchange(ctx.broker, vhost, name), ctx.rates, ranges)
 
 
 def declare_exchange(ctx: AdminContext, vhost: str, name: str, body: dict, who: Principal | None = None) -> bool:
@@ -88,17 +90,17 @@ def delete_exchange(ctx: AdminContext, vhost: str, name: str, if_unused: bool = 
 # ---- routes ------------------------------------------------------------------------------------
 @router.get("/api/exchanges")
 async def exchanges(request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
-    return listing(request, list_exchanges(ctx, None, who))
+    return listing(request, list_exchanges(ctx, None, who, ranges(request)))
 
 
 @router.get("/api/exchanges/{vhost}")
 async def exchanges_vhost(vhost: str, request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
-    return listing(request, list_exchanges(ctx, u(vhost), who))
+    return listing(request, list_exchanges(ctx, u(vhost), who, ranges(request)))
 
 
 @router.get("/api/exchanges/{vhost}/{name}")
-async def exchange_get(vhost: str, name: str, who: Principal = Who, ctx: AdminContext = Ctx):
-    return get_exchange(ctx, u(vhost), u(name), who)
+async def exchange_get(vhost: str, name: str, request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
+    return get_exchange(ctx, u(vhost), u(name), who, ranges(request))
 
 
 @router.put("/api/exchanges/{vhost}/{name}", openapi_extra=body_doc(ExchangeBody),

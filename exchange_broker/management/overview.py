@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 import routing
 from exchange_broker import __version__
@@ -11,8 +11,10 @@ from exchange_broker.core.message import Message
 from exchange_broker.management.common import (CLUSTER_NAME, NODE, PRODUCT, RABBIT_COMPAT_VERSION, AdminContext,
                                                 Principal, visible_vhosts)
 from exchange_broker.management.connections import sessions
+from exchange_broker.management.nodes import node_info
+from exchange_broker.management.samples import NO_RANGES, Ranges
 from exchange_broker.management.stats import unacked_by_queue
-from exchange_broker.management.web import Ctx, Who, u
+from exchange_broker.management.web import Ctx, Who, ranges, u
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.errors import AMQPError
 
@@ -27,7 +29,7 @@ def exchange_types(broker) -> list[str]:
     return [*STANDARD_EXCHANGE_TYPES, *sorted(names - set(STANDARD_EXCHANGE_TYPES))]
 
 
-def build_overview(ctx: AdminContext, who: Principal | None = None) -> dict:
+def build_overview(ctx: AdminContext, who: Principal | None = None, ranges: Ranges = NO_RANGES) -> dict:
     broker = ctx.broker
     vhosts = visible_vhosts(broker, None, who)
     unacked = unacked_by_queue(broker)
@@ -41,11 +43,13 @@ def build_overview(ctx: AdminContext, who: Principal | None = None) -> dict:
             consumers += len(q.consumers)
     open_sessions = sessions(ctx, who)
     channels = sum(len(s.channels) for s in open_sessions)
-    zero = {"rate": 0.0}
-    listeners = []
-    if ctx.amqp_server is not None:
-        listeners.append({"node": NODE, "protocol": "amqp", "ip_address": ctx.amqp_server.host,
-                          "port": ctx.amqp_server.port})
+    if len(vhosts) == len(broker.vhosts):
+        queue_totals = ctx.rates.queue_totals(ready, unack, ranges.lengths)
+    else:  # the totals sampled are the broker's: not for a user who sees only some vhosts
+        zero = {"rate": 0.0}
+        queue_totals = {"messages": ready + unack, "messages_details": dict(zero), "messages_ready": ready,
+                        "messages_ready_details": dict(zero), "messages_unacknowledged": unack,
+                        "messages_unacknowledged_details": dict(zero)}
     return {
         "management_version": RABBIT_COMPAT_VERSION,
         "rates_mode": "basic",
@@ -58,23 +62,35 @@ def build_overview(ctx: AdminContext, who: Principal | None = None) -> dict:
         "node": NODE,
         "disable_stats": False,
         "enable_queue_totals": True,
-        "message_stats": ctx.rates.message_stats(broker),
+        "message_stats": ctx.rates.message_stats(broker, ranges.msg_rates),
         "churn_rates": {},
-        "queue_totals": {"messages": ready + unack, "messages_details": dict(zero),
-                         "messages_ready": ready, "messages_ready_details": dict(zero),
-                         "messages_unacknowledged": unack,
-                         "messages_unacknowledged_details": dict(zero)},
+        "queue_totals": queue_totals,
         "object_totals": {"channels": channels, "connections": len(open_sessions), "consumers": consumers,
                           "exchanges": exchanges, "queues": queues},
         "statistics_db_event_queue": 0,
-        "listeners": listeners,
+        "collect_statistics_interval": int(ctx.rates.interval * 1000),  # ms, RabbitMQ's setting name
+        "sample_retention_policies": {"global": [ctx.rates.history_seconds], "basic": [ctx.rates.history_seconds],
+                                      "detailed": [ctx.rates.history_seconds]},
+        "listeners": listeners(ctx),
         "contexts": [],
         "uptime": ctx.uptime_ms(),
     }
 
 
+def listeners(ctx: AdminContext) -> list[dict]:
+    """The AMQP (and AMQPS) listeners of this node, as RabbitMQ lists them."""
+    out = []
+    server = ctx.amqp_server
+    if server is not None:
+        out.append({"node": NODE, "protocol": "amqp", "ip_address": server.host, "port": server.port})
+        tls_port = getattr(server, "tls_port", None)
+        if tls_port:
+            out.append({"node": NODE, "protocol": "amqp/ssl", "ip_address": server.host, "port": tls_port})
+    return out
+
+
 def list_nodes(ctx: AdminContext) -> list[dict]:
-    return [{"name": NODE, "type": "disc", "running": True, "uptime": ctx.uptime_ms(), "being_drained": False}]
+    return [node_info(ctx, listeners(ctx))]
 
 
 def check_aliveness(ctx: AdminContext, vhost: str, who: Principal | None = None) -> dict:
@@ -99,8 +115,8 @@ def check_aliveness(ctx: AdminContext, vhost: str, who: Principal | None = None)
 
 # ---- routes ------------------------------------------------------------------------------------
 @router.get("/api/overview")
-async def overview(who: Principal = Who, ctx: AdminContext = Ctx):
-    return build_overview(ctx, who)
+async def overview(request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
+    return build_overview(ctx, who, ranges(request))
 
 
 @router.get("/api/whoami")

@@ -16,9 +16,10 @@ from exchange_broker.management.common import (CONFIGURE, NODE, READ, AdminConte
                                                 not_found, visible_vhosts)
 from exchange_broker.management.connections import conn_name, consumer_info
 from exchange_broker.management.fields import arguments_from, bool_from, to_json
+from exchange_broker.management.samples import NO_RANGES, Ranges
 from exchange_broker.management.stats import unacked_by_queue
 from exchange_broker.management.web import (Ctx, Who, body_doc, created, flag, json_object, listing,
-                                            no_content, u)
+                                            no_content, ranges, u)
 from exchange_broker.protocol.errors import AMQPError
 
 router = APIRouter(tags=["queues"])
@@ -35,11 +36,10 @@ def _ready_bytes(q) -> int:
     return q.message_bytes  # every ready message: in memory, paged to the store or held
 
 
-def queue_info(ctx: AdminContext, q, unacked: dict) -> dict:
+def queue_info(ctx: AdminContext, q, unacked: dict, ranges: Ranges = NO_RANGES) -> dict:
     n_unacked, b_unacked = unacked.get(id(q), (0, 0))
     ready = q.message_count
     b_ready = _ready_bytes(q)
-    zero = {"rate": 0.0}
     consumers = list(q.consumers)
     rates = ctx.rates
     qtype = q.arguments.get("x-queue-type") or "classic"
@@ -47,15 +47,14 @@ def queue_info(ctx: AdminContext, q, unacked: dict) -> dict:
         "name": q.name, "vhost": q.vhost, "durable": q.durable, "auto_delete": q.auto_delete,
         "exclusive": q.exclusive, "arguments": to_json(q.arguments), "node": NODE,
         "type": to_json(qtype), "state": "running", "policy": None,
-        "messages": ready + n_unacked, "messages_details": dict(zero),
-        "messages_ready": ready, "messages_ready_details": dict(zero),
-        "messages_unacknowledged": n_unacked, "messages_unacknowledged_details": dict(zero),
+        # messages, messages_ready, messages_unacknowledged and their *_details (samples.py)
+        **rates.queue_lengths(q, ready, n_unacked, ranges.lengths),
         "message_bytes": b_ready + b_unacked, "message_bytes_ready": b_ready,
         "message_bytes_unacknowledged": b_unacked,
         "consumers": len(consumers),
         "consumer_capacity": 1.0 if consumers else 0, "consumer_utilisation": 1.0 if consumers else 0,
         "exclusive_consumer_tag": next((c.tag for c in consumers if c.exclusive), None),
-        "message_stats": rates.queue_stats(q),  # each counter with its rate (stats.py)
+        "message_stats": rates.queue_stats(q, ranges.msg_rates),  # each counter with its rate
     }
     vh = ctx.broker.vhosts.get(q.vhost)  # policies (core/policies.py): names and merged definition
     info["policy"], info["operator_policy"] = q.policy, q.operator_policy
@@ -67,16 +66,18 @@ def queue_info(ctx: AdminContext, q, unacked: dict) -> dict:
     return info
 
 
-def list_queues(ctx: AdminContext, vhost: str | None = None, who: Principal | None = None) -> list[dict]:
+def list_queues(ctx: AdminContext, vhost: str | None = None, who: Principal | None = None,
+                ranges: Ranges = NO_RANGES) -> list[dict]:
     unacked = unacked_by_queue(ctx.broker)
-    return [queue_info(ctx, q, unacked) for vh in visible_vhosts(ctx.broker, vhost, who)
+    return [queue_info(ctx, q, unacked, ranges) for vh in visible_vhosts(ctx.broker, vhost, who)
             for q in vh.queues.values()]
 
 
-def get_queue(ctx: AdminContext, vhost: str, name: str, who: Principal | None = None) -> dict:
+def get_queue(ctx: AdminContext, vhost: str, name: str, who: Principal | None = None,
+              ranges: Ranges = NO_RANGES) -> dict:
     visible_vhosts(ctx.broker, vhost, who)
     q = find_queue(ctx.broker, vhost, name)
-    info = queue_info(ctx, q, unacked_by_queue(ctx.broker))
+    info = queue_info(ctx, q, unacked_by_queue(ctx.broker), ranges)
     info["consumer_details"] = [consumer_info(ctx, c) for c in q.consumers]
     return info
 
@@ -126,17 +127,17 @@ def purge_queue(ctx: AdminContext, vhost: str, name: str, who: Principal | None 
 # ---- routes ------------------------------------------------------------------------------------
 @router.get("/api/queues")
 async def queues(request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
-    return listing(request, list_queues(ctx, None, who))
+    return listing(request, list_queues(ctx, None, who, ranges(request)))
 
 
 @router.get("/api/queues/{vhost}")
 async def queues_vhost(vhost: str, request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
-    return listing(request, list_queues(ctx, u(vhost), who))
+    return listing(request, list_queues(ctx, u(vhost), who, ranges(request)))
 
 
 @router.get("/api/queues/{vhost}/{name}")
-async def queue_get(vhost: str, name: str, who: Principal = Who, ctx: AdminContext = Ctx):
-    return get_queue(ctx, u(vhost), u(name), who)
+async def queue_get(vhost: str, name: str, request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
+    return get_queue(ctx, u(vhost), u(name), who, ranges(request))
 
 
 @router.put("/api/queues/{vhost}/{name}", openapi_extra=body_doc(QueueBody),

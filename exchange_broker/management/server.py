@@ -17,10 +17,9 @@ import uvicorn
 
 from exchange_broker.management.app import create_app
 from exchange_broker.management.common import AdminContext
+from exchange_broker.management.samples import DEFAULT_INTERVAL
 
 log = logging.getLogger("exchange_broker.admin")
-
-SAMPLE_INTERVAL = 5.0
 
 
 class _InLoopServer(uvicorn.Server):
@@ -31,12 +30,13 @@ class _InLoopServer(uvicorn.Server):
 
 class AdminServer:
     def __init__(self, broker, host: str = "127.0.0.1", port: int = 15672, *, amqp_server=None,
-                 context: AdminContext | None = None, ssl_options: dict | None = None) -> None:
+                 context: AdminContext | None = None, ssl_options: dict | None = None,
+                 sample_interval: float = DEFAULT_INTERVAL) -> None:
         self.broker = broker
         self.ssl_options = dict(ssl_options or {})  # HTTPS: tls.TLSConfig.uvicorn_options()
         self.host = host
         self.port = port
-        self.context = context or AdminContext(broker, amqp_server)
+        self.context = context or AdminContext(broker, amqp_server, sample_interval=sample_interval)
         self.app = create_app(self.context)
         self._server: _InLoopServer | None = None
         self._task: asyncio.Task | None = None
@@ -77,12 +77,12 @@ class AdminServer:
         self._sampler = asyncio.get_running_loop().create_task(self._sample(), name="admin-stats")
         bound_host, bound_port = sock.getsockname()[:2]
         bound = f"[{bound_host}]:{bound_port}" if ":" in bound_host else f"{bound_host}:{bound_port}"
-        log.info("admin API listening on %s (%s; docs at /api/docs, metrics at /metrics)", bound,
+        log.info("admin API listening on %s (%s; web UI at /, docs at /api/docs, metrics at /metrics)", bound,
                  "https" if self.ssl_options else "http")
 
     async def _sample(self) -> None:
         while True:
-            await asyncio.sleep(SAMPLE_INTERVAL)
+            await asyncio.sleep(self.context.rates.interval)
             try:
                 self.context.sample()
             except Exception:

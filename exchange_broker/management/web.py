@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from exchange_broker.management import paging
 from exchange_broker.management.auth import require_user
 from exchange_broker.management.common import AdminContext, ServiceError, bad_request
+from exchange_broker.management.samples import RangeError, Ranges, parse_ranges
 
 MAX_BODY = 64 * 1024 * 1024
 
@@ -71,6 +72,15 @@ async def json_object(request: Request) -> dict:
     if not isinstance(data, dict):
         raise bad_request("the request body must be a JSON object")
     return data
+
+
+def ranges(request: Request) -> Ranges:
+    """The samples asked for: RabbitMQ's ``lengths_age``/``lengths_incr`` and
+    ``msg_rates_age``/``msg_rates_incr`` query parameters (400 when out of bounds)."""
+    try:
+        return parse_ranges(request.query_params)
+    except RangeError as err:
+        raise ServiceError(400, "invalid_range_parameters", str(err)) from None
 
 
 def flag(request: Request, *names: str) -> bool:

@@ -99,7 +99,6 @@ def test_rates_from_samples(api, admin_broker, pika_conn):
 def test_samples_keep_bounded_memory(admin_broker):
     """Samples hold only the queues and exchanges that counted something, and a fixed number of
     samples: idle queues cost nothing, deleted ones are gone from the next samples."""
-    from exchange_broker.management.stats import SAMPLES_KEPT
     broker = admin_broker.broker
 
     def declare_many():
@@ -108,8 +107,9 @@ def test_samples_keep_bounded_memory(admin_broker):
             vh.declare_queue(f"idle-{i}")
     admin_broker.call(declare_many)
     rates = admin_broker.admin.context.rates
-    for _ in range(SAMPLES_KEPT + 3):
+    assert rates.kept == 121  # 10 minutes of 5 s samples, and the newest
+    for _ in range(rates.kept + 3):
         sample(admin_broker)
     samples = list(rates._samples)
-    assert len(samples) == SAMPLES_KEPT
+    assert len(samples) == rates.kept
     assert not any(name.startswith("idle-") for s in samples for (_v, name) in s.queues)
