@@ -44,6 +44,7 @@ _CH_CLOSE_OK = commands.Channel.CloseOk.index
 _OPEN_OK_PAYLOAD = struct.pack(">HHI", 20, 11, 0)
 _CLOSE_OK_PAYLOAD = struct.pack(">HH", 20, 41)
 _PUBLISH_ID = struct.pack(">I", BASIC_PUBLISH)
+_CONTENT_HDR = struct.Struct(">HHQ")  # class, weight, body size
 _CONN_CLOSE_OK_FRAME = _FRAME_HDR.pack(FRAME_METHOD, 0, 4) + struct.pack(">HH", 10, 51) + b"\xce"
 FRAME_SIZE_FUDGE = 8  # RabbitMQ accepts frames up to 8 bytes over frame_max (a common client slip)
 
@@ -216,7 +217,21 @@ class ServerConnection:
                         if ftype == FRAME_METHOD:
                             if content is None and payload[:4] == _PUBLISH_ID:
                                 exchange, rk, mandatory, immediate = codec.decode_publish(payload)
-                                channels[channel] = Content(exchange, rk, mandatory, immediate)
+                                whole = _whole_content(buf, pos, n, channel, payload_max,
+                                                       self.max_message_size)
+                                if whole is None:  # frame by frame (split, large or unusual)
+                                    channels[channel] = Content(exchange, rk, mandatory, immediate)
+                                    continue
+                                pos, properties, quick, body = whole
+                                event = ev.Publish(channel, exchange, rk, mandatory, immediate,
+                                                   properties, body, quick)
+                                if batch and batch[0].channel != channel:
+                                    yield _publishes(batch)
+                                    batch = []
+                                batch.append(event)
+                                if len(batch) >= PUBLISH_BATCH:
+                                    yield _publishes(batch)
+                                    batch = []
                                 continue
                         elif type(content) is Content:
                             if ftype == FRAME_BODY:
@@ -468,6 +483,36 @@ class ServerConnection:
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
         self.state = "open"
+
+
+def _whole_content(buf: bytearray, pos: int, n: int, channel: int, payload_max: int,
+                   max_size: int) -> tuple | None:
+    """The usual publish: its content header and single body frame are already in ``buf`` at
+    ``pos``, well-formed. Returns (position after them, properties, quick properties, body), or
+    None to take them frame by frame (which also reports whatever is wrong with them)."""
+    if n - pos < 21:
+        return None
+    ftype, ch, size = _FRAME_HDR.unpack_from(buf, pos)
+    end = pos + 7 + size
+    if ftype != FRAME_HEADER or ch != channel or size < 14 or size > payload_max or end >= n \
+            or buf[end] != FRAME_END:
+        return None
+    class_id, _weight, body_size = _CONTENT_HDR.unpack_from(buf, pos + 7)
+    if class_id != 60 or body_size > max_size:
+        return None
+    properties = bytes(buf[pos + 19:end])
+    quick = codec.quick_properties(properties)
+    pos = end + 1
+    if body_size == 0:
+        return pos, properties, quick, b""
+    if n - pos < 8:
+        return None
+    ftype, ch, size = _FRAME_HDR.unpack_from(buf, pos)
+    end = pos + 7 + size
+    if ftype != FRAME_BODY or ch != channel or size != body_size or size > payload_max or end >= n \
+            or buf[end] != FRAME_END:
+        return None
+    return end + 1, properties, quick, bytes(buf[pos + 7:end])
 
 
 PUBLISH_BATCH = 512  # most publishes handed up as one event
