@@ -105,3 +105,19 @@ def kill_socket(member: Member) -> None:
     sees it go as it would a crashed client."""
     import socket
     member.conn._impl._transport._sock.shutdown(socket.SHUT_RDWR)
+
+
+def abort_connection(tb, connection_name: str) -> None:
+    """Abort (TCP reset, no connection.close) the broker's side of the client connection named
+    ``connection_name`` in a ThreadedBroker ``tb``: for the broker, the client died."""
+    import concurrent.futures
+    done: concurrent.futures.Future = concurrent.futures.Future()
+
+    def abort() -> None:
+        found = [p for p in list(tb.server.protocols) if p.session is not None and
+                 p.session.client_properties.get("connection_name") == connection_name]
+        for p in found:
+            p.transport.abort()
+        done.set_result(len(found))
+    tb.loop.call_soon_threadsafe(abort)
+    assert done.result(10) == 1
