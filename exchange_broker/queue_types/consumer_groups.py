@@ -212,9 +212,7 @@ class ConsumerGroup:
         for m in self.consumers:
             ch = m.channel
             members.append({"consumer_tag": m.tag, "channel": ch.number, "prefetch_count": m.prefetch,
-                            "connection": getattr(ch.session, "peer", None) and
-                            f"{ch.session.peer[0]}:{ch.session.peer[1]}",
-                            "user": getattr(ch.session, "user", None),
+                            "session": ch.session, "user": ch.session.user,
                             "partitions": [s.number for s in self.slots if s.owner is m]})
         return {"group": self.group, "members": members, "partitions": [
             {"partition": s.number, "queue": s.queue.name if s.queue is not None else None,
