@@ -108,6 +108,8 @@ class PartitionReader:
         if not self.active or not self.member.can_take():
             return False
         r = self.reader
+        if r is None:  # its first delivery, from inside the stream's add_consumer
+            r = self.reader = self.queue.readers.get(self)
         return r is None or len(r.inflight) < self.share
 
     def deliver(self, msg) -> int:

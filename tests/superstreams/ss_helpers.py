@@ -47,6 +47,7 @@ class Member:
         self.got: list[tuple[int, int, int]] = []
         self.acked: list[tuple[int, int, int]] = []
         self.ack_limit = ack_limit
+        self.last_tag = 0
         self.tag = self.ch.basic_consume(stream, self._on_message, arguments={
             "x-consumer-group": group, "x-stream-offset": offset})
 
@@ -54,6 +55,7 @@ class Member:
         h = props.headers
         item = (int(body), h["x-stream-partition"], h["x-stream-offset"])
         self.got.append(item)
+        self.last_tag = method.delivery_tag
         if self.ack_limit is None or len(self.acked) < self.ack_limit:
             ch.basic_ack(method.delivery_tag)
             self.acked.append(item)

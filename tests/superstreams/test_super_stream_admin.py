@@ -108,3 +108,35 @@ def test_admin_api_cli_metrics_and_grow(admin_broker, capsys):
     assert code == 1 and "partitions are never removed" in err and len(err.strip().splitlines()) == 1
     b.close()
     conn.close()
+
+
+def test_partition_moves_only_once_its_deliveries_are_settled(admin_broker):
+    """A holds every partition with 30 unacked deliveries (10 from each); B joins and is given
+    partition 2, which stays 'draining' (B gets nothing from it) until A acks; B then starts
+    right after A's last acked offset: no offset is out at two members."""
+    tb = admin_broker
+    conn = connect(tb.port)
+    ch = conn.channel()
+    ch.exchange_declare("moves", "x-super-stream", durable=True, arguments={"x-partitions": 3})
+    publish(ch, "moves")
+    a = Member(tb.port, "moves", "g", prefetch=30, ack_limit=0)
+    run_until([a], lambda: len(a.got) >= 30)
+    assert sorted({p for _, p, _ in a.got}) == [0, 1, 2]
+    b = Member(tb.port, "moves", "g", prefetch=30)
+
+    def part2():
+        return _http(tb, "GET", "/api/super-streams/%2F/moves/groups/g")[1]["partitions"][2]
+    assert wait_until(lambda: part2()["owner"] == b.tag)
+    assert part2()["state"] == "draining" and part2()["unacked"] == 10
+    b.pump()
+    assert b.got == []                      # nothing from partition 2 while A holds its deliveries
+    a.ch.basic_ack(a.last_tag, multiple=True)   # A settles: partition 2 moves to B
+    a.ack_limit = None
+    run_until([a, b], lambda: len(a.got) + len(b.got) >= 3000)
+    assert {p for _, p, _ in b.got} == {2}
+    assert min(o for _, _, o in b.got) == 10   # right after A's last acked offset on partition 2
+    items = a.got + b.got
+    assert len(items) == 3000 and len({(p, o) for _, p, o in items}) == 3000
+    a.close()
+    b.close()
+    conn.close()
