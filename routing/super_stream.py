@@ -30,7 +30,8 @@ HASH_SEED = 104729   # RabbitMQ stream clients' murmur3 seed for super stream ro
 
 def partition_of(routing_key: str, partitions: int) -> int:
     """The partition a routing key goes to (stable: murmur3 32-bit, unsigned, seed 104729)."""
-    return mmh3.hash(routing_key.encode("utf-8"), HASH_SEED, signed=False) % partitions
+    # bytes, never str: mmh3 crashes on a str holding a lone surrogate (JSON can carry one)
+    return mmh3.hash(routing_key.encode("utf-8", "surrogatepass"), HASH_SEED, signed=False) % partitions
 
 
 def partition_count(arguments: dict | None) -> int:
