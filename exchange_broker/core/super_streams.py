@@ -78,11 +78,23 @@ def _check_partitions(vhost, name: str, arguments: dict, start: int, end: int) -
     for i in range(start, end):
         pname = partition_name(name, i)
         q = vhost.queues.get(pname)
-        if q is not None:
+        if q is not None and not _adoptable(q, qargs):
             raise _error(f"cannot create partition {describe('queue', pname, vhost.name)} of super "
-                         f"stream '{name}': a queue of that name exists")
+                         f"stream '{name}': a queue of that name exists (and is not a durable stream "
+                         f"with these retention arguments)")
     # the retention arguments, checked as a stream declaration checks them (the object is dropped)
     vhost.broker.make_queue(vhost, partition_name(name, start), True, None, False, qargs)
+
+
+def _adoptable(q, qargs: dict) -> bool:
+    """An existing queue that can serve as the partition (e.g. definitions imported in another
+    order): a durable stream whose retention arguments are those of the super stream."""
+    return getattr(q, "queue_type", None) == "stream" and q.durable and all(
+        _norm(q.arguments.get(k)) == _norm(qargs.get(k)) for k in RETENTION_ARGS)
+
+
+def _norm(value):
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
 
 
 def create_partitions(vhost, ex, start: int = 0) -> None:

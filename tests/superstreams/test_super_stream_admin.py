@@ -98,6 +98,16 @@ def test_admin_api_cli_metrics_and_grow(admin_broker, capsys):
     assert all(p == partition_of(key_of(i), 4) for i, p, _ in b.got if i >= 600)
     assert {p for i, p, _ in b.got if i >= 600} == {0, 1, 2, 3}
 
+    # definitions: exported and imported again after the super stream was deleted
+    status, defs = _http(tb, "GET", "/api/definitions")
+    assert status == 200
+    assert _http(tb, "DELETE", "/api/exchanges/%2F/orders")[0] == 204
+    assert _http(tb, "GET", "/api/queues/%2F/orders-3")[0] == 404   # its partitions went too
+    assert _http(tb, "POST", "/api/definitions", defs)[0] in (200, 201, 204)
+    info = _http(tb, "GET", "/api/super-streams/%2F/orders")[1]
+    assert info["partitions"] == 4 and [p["queue"] for p in info["partition_details"]] == \
+        [f"orders-{i}" for i in range(4)]
+
     # bad input: JSON errors, the CLI's one line
     assert _http(tb, "PUT", "/api/super-streams/%2F/orders", {"partitions": 3})[0] == 400
     status, err = _http(tb, "PUT", "/api/super-streams/%2F/orders", {"partitions": "many"})
