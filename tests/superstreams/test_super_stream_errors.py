@@ -128,3 +128,16 @@ def test_broker_keeps_serving_after_errors(connect):
             break
         conn.process_data_events(0.02)
     assert sorted(got) == list(range(20))
+
+
+def test_partitions_need_configure_permission(broker, connect):
+    """Declaring (and deleting) a super stream declares (deletes) its partition queues: the user
+    needs configure permission on them too (403 otherwise, nothing created)."""
+    broker.broker.add_user("narrow", "pw", [])
+    broker.broker.set_permissions("narrow", "/", "^(orders|other.*)$", ".*", ".*")
+    conn = connect(user="narrow", password="pw")
+    _refused(conn, lambda ch: declare(ch, "orders", 2), 403, "access to queue 'orders-0'")
+    assert "orders" not in broker.broker.vhosts["/"].exchanges
+    declare(conn.channel(), "other", 2)                # other-0, other-1 match the pattern
+    broker.broker.set_permissions("narrow", "/", "^other$", ".*", ".*")
+    _refused(conn, lambda ch: ch.exchange_delete("other"), 403, "access to queue 'other-0'")
