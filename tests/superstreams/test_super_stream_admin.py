@@ -70,6 +70,9 @@ def test_admin_api_cli_metrics_and_grow(admin_broker, capsys):
     assert sum(p["unacked"] for p in group["partitions"]) == 10
     assert [g["group"] for g in _http(tb, "GET", "/api/super-streams/%2F/orders/groups")[1]] == ["billing"]
     assert _http(tb, "GET", "/api/super-streams/%2F")[1][0]["name"] == "orders"
+    consumers = _http(tb, "GET", "/api/consumers/%2F")[1]    # one per partition held, with its tag
+    assert sorted((c["queue"]["name"], c["consumer_tag"]) for c in consumers) == \
+        [("orders-0", a.tag), ("orders-1", a.tag)]
 
     status, text = _http(tb, "GET", "/metrics")
     lines = [ln for ln in text.splitlines() if ln.startswith("exchange_broker_consumer_group_lag{")]
