@@ -123,3 +123,32 @@ def abort_connection(tb, connection_name: str) -> None:
         done.set_result(len(found))
     tb.loop.call_soon_threadsafe(abort)
     assert done.result(10) == 1
+
+
+def on_loop(tb, fn):
+    """Run ``fn()`` on a ThreadedBroker's event loop and return its result."""
+    import concurrent.futures
+    done: concurrent.futures.Future = concurrent.futures.Future()
+
+    def call() -> None:
+        try:
+            done.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            done.set_exception(exc)
+    tb.loop.call_soon_threadsafe(call)
+    return done.result(10)
+
+
+def group_state(tb, stream: str, group: str) -> dict:
+    """The group's members and partitions (ConsumerGroup.info()), read on the broker's loop."""
+    from exchange_broker.queue_types import consumer_groups
+
+    def read():
+        found = [g for g in consumer_groups.groups(tb.broker, "/", stream) if g.group == group]
+        if not found:
+            return {"members": [], "partitions": []}
+        info = found[0].info()
+        for m in info["members"]:
+            m.pop("session", None)
+        return info
+    return on_loop(tb, read)

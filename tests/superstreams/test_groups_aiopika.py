@@ -10,7 +10,7 @@ import asyncio
 import aio_pika
 
 from eb_support import uniq
-from ss_helpers import KEYS, TOTAL, abort_connection, key_of
+from ss_helpers import KEYS, TOTAL, abort_connection, group_state, key_of
 
 
 async def _publish(url: str, name: str) -> None:
@@ -97,5 +97,46 @@ def test_members_join_and_die_second_group_reads_all(broker):
         _check([other])
         for m in (a, c, other):
             await m.conn.close()
+
+    asyncio.run(main())
+
+
+def test_cancelled_member_keeps_partitions_until_it_acks(broker):
+    """basic.cancel leaves a member's deliveries unacked (AMQP): its partitions stay 'draining'
+    until it acks them; then the other member continues right after them."""
+    name = uniq("ss")
+
+    async def main():
+        await _publish(broker.url, name)
+        conn = await aio_pika.connect(broker.url)
+        ch = await conn.channel()
+        await ch.set_qos(prefetch_count=30)
+        held: list = []
+
+        async def hold(msg):
+            held.append(msg)
+        queue = await ch.get_queue(name, ensure=False)
+        tag = await queue.consume(hold, arguments={"x-consumer-group": "g", "x-stream-offset": "first"})
+        await _until(lambda: len(held) >= 30)
+        b = await Member(broker.url, name, "g", prefetch=50).start()
+        await _until(lambda: len(group_state(broker, name, "g")["members"]) == 2)
+        await queue.cancel(tag)                                   # A leaves, its 30 unacked
+        state = await asyncio.get_running_loop().run_in_executor(None, group_state, broker, name, "g")
+        assert [p["state"] for p in state["partitions"]] == ["draining"] * 3
+        owners = {p["owner"] for p in state["partitions"]}
+        assert len(owners) == 1 and None not in owners            # all three given to B, not yet moved
+        assert b.got == []
+        for msg in held:                                          # A acks after its cancel
+            await msg.ack()
+        await _until(lambda: len(b.got) >= TOTAL - 30)
+        firsts = {}
+        for _i, p, o in b.got:
+            firsts.setdefault(p, o)
+        assert firsts == {p: 10 for p in range(3)}                # right after A's 10 per partition
+        a_items = [(int(m.body), m.headers["x-stream-partition"], m.headers["x-stream-offset"]) for m in held]
+        items = a_items + b.got
+        assert len({(p, o) for _, p, o in items}) == TOTAL == len(items)
+        await conn.close()
+        await b.conn.close()
 
     asyncio.run(main())
