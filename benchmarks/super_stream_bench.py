@@ -5,7 +5,7 @@ partitions against a single stream queue, in the same run on one broker.
 For each target (``stream`` = one stream queue, ``ss-N`` = a super stream of N partitions):
 
 1. declare it (durable; the super stream with ``x-partitions: N``);
-2. publish ``--count`` messages of ``--size`` bytes (default 200,000 x 100 B) on one connection
+2. publish ``--count`` messages of ``--size`` bytes (default 100,000 x 100 B) on one connection
    in confirm mode, ``--max-unconfirmed`` in flight, routing keys cycling over ``--keys``
    (default 256) fixed-width keys so the super stream spreads them over its partitions; the
    phase ends with the last confirm;
@@ -15,6 +15,9 @@ For each target (``stream`` = one stream queue, ``ss-N`` = a super stream of N p
    ``--prefetch``, ``basic.ack multiple`` every prefetch/2; the phase ends when every message
    was delivered once (the group's deliveries are counted together);
 4. delete it.
+
+Every target runs ``--rounds`` times (default 3), the order rotated each round; the table shows
+the median rates and lists every run (the machine's other load makes single runs noisy).
 
 This broker runs as a subprocess on a free port with a temporary ``--data-dir`` (SQLite). The
 client is the lean raw-frame client of ``amqp_load.py``.
@@ -142,7 +145,8 @@ async def run_one(target: str, partitions: int, port: int, opts) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--count", type=int, default=200_000, help="messages per target (default 200,000)")
+    p.add_argument("--count", type=int, default=100_000, help="messages per target (default 100,000)")
+    p.add_argument("--rounds", type=int, default=3, help="runs of every target, medians reported (default 3)")
     p.add_argument("--size", type=int, default=100, help="body bytes (default 100)")
     p.add_argument("--keys", type=int, default=256, help="distinct routing keys (default 256)")
     p.add_argument("--partitions", default="1,3,6", help="super stream sizes (default 1,3,6)")
@@ -159,22 +163,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def main_async(opts) -> list[dict]:
+    """Every target ``--rounds`` times on one broker, the order rotated each round (so no target
+    always runs first); per target the median rates, with the runs."""
     broker = OurBroker(opts.broker_arg).start()
+    targets = [("stream", 0)] + [(f"ss-{n}", n) for n in
+                                 (int(x) for x in opts.partitions.split(",") if x.strip())]
+    runs: dict[str, list[dict]] = {t: [] for t, _n in targets}
     try:
-        results = [await run_one("stream", 0, broker.port, opts)]
-        for n in (int(x) for x in opts.partitions.split(",") if x.strip()):
-            results.append(await run_one(f"ss-{n}", n, broker.port, opts))
-        return results
+        for r in range(opts.rounds):
+            k = r % len(targets)
+            for target, n in targets[k:] + targets[:k]:
+                runs[target].append(await run_one(target, n, broker.port, opts))
     except Exception:
         print(broker.log_text(), file=sys.stderr)
         raise
     finally:
         broker.stop()
+    results = []
+    for target, _n in targets:
+        got = runs[target]
+        out = dict(got[0])
+        for key in ("published_per_s", "read_per_s"):
+            values = sorted(g[key] for g in got)
+            out[key] = values[len(values) // 2]
+            out[key.replace("_per_s", "_runs")] = [g[key] for g in got]
+        results.append(out)
+    return results
 
 
 def print_table(results: list[dict], opts) -> None:
     print(f"{opts.count:,} messages x {opts.size} B, {opts.keys} routing keys, confirms "
-          f"({opts.max_unconfirmed} in flight); read from 'first', prefetch {opts.prefetch}")
+          f"({opts.max_unconfirmed} in flight); read from 'first', prefetch {opts.prefetch}; "
+          f"medians of {opts.rounds} rounds")
     base = results[0]
     print(f"{'target':<20} {'readers':>7} {'publish msg/s':>14} {'read msg/s':>11} {'vs stream':>16}  per reader")
     for r in results:
@@ -182,6 +202,10 @@ def print_table(results: list[dict], opts) -> None:
         ratio = f"{r['published_per_s'] / base['published_per_s']:.2f} / {r['read_per_s'] / base['read_per_s']:.2f}"
         print(f"{what:<20} {r['readers']:>7} {r['published_per_s']:>14,.0f} {r['read_per_s']:>11,.0f} "
               f"{ratio:>16}  {r['per_reader']}")
+    print("runs (publish / read msg/s):")
+    for r in results:
+        print(f"  {r['target']:<8} " + ", ".join(f"{p:,.0f} / {q:,.0f}" for p, q in
+                                               zip(r["published_runs"], r["read_runs"])))
 
 
 def main(argv=None) -> int:
