@@ -12,6 +12,7 @@ from .fanout import FanoutIndex
 from .headers import HeadersIndex
 from .registry import STANDARD, TYPES, exchange_type, make_index
 from .route import route
+from .super_stream import X_SUPER_STREAM, SuperStreamIndex, partition_of
 from .topic import TopicIndex
 from .types import ExchangeType, InvalidExchangeArguments, UnknownExchangeType
 
@@ -24,11 +25,14 @@ __all__ = [
     "HeadersIndex",
     "InvalidExchangeArguments",
     "STANDARD",
+    "SuperStreamIndex",
     "TYPES",
     "TopicIndex",
     "UnknownExchangeType",
+    "X_SUPER_STREAM",
     "args_key",
     "exchange_type",
     "make_index",
+    "partition_of",
     "route",
 ]

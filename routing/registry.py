@@ -6,11 +6,13 @@ from .delayed import DelayedMessageType
 from .direct import DirectType
 from .fanout import FanoutType
 from .headers import HeadersType
+from .super_stream import SuperStreamType
 from .topic import TopicType
 from .types import ExchangeType, UnknownExchangeType
 
 TYPES: dict[str, ExchangeType] = {t.name: t for t in (
-    DirectType(), FanoutType(), TopicType(), HeadersType(), DelayedMessageType())}
+    DirectType(), FanoutType(), TopicType(), HeadersType(), DelayedMessageType(),
+    SuperStreamType())}
 
 # the plain AMQP 0-9-1 types (what x-delayed-type may name, what the admin API lists first)
 STANDARD = ("direct", "fanout", "topic", "headers")

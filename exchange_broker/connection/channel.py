@@ -31,6 +31,7 @@ from exchange_broker.protocol.connection import TooLarge
 from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, NOT_ALLOWED,
                                                 NOT_IMPLEMENTED, PRECONDITION_FAILED)
 from exchange_broker.protocol.errors import AMQPError
+from exchange_broker.queue_types.consumer_groups import GROUP_ARG, find_group
 
 B, Q, E, C = commands.Basic, commands.Queue, commands.Exchange, commands.Channel
 
@@ -257,8 +258,11 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 self.reply(B.ConsumeOk(tag))
             return
         name = self.queue_name(m.queue, 60, 20)
-        perms.check(sess, perms.READ, "queue", name)
-        q = sess.vhost.get_queue(name, sess, 60, 20)
+        if m.arguments and GROUP_ARG in m.arguments:  # a consumer group of a super stream
+            q = find_group(self, m, name)
+        else:
+            perms.check(sess, perms.READ, "queue", name)
+            q = sess.vhost.get_queue(name, sess, 60, 20)
         q.check_consume(self, m)  # the queue type's own rules, before consume-ok
         consumer = self._new_consumer(q, m.consumer_tag, m.no_ack, m.exclusive, m.arguments)
         if not m.nowait:

@@ -29,6 +29,9 @@ basic.publish                                              exchange
 basic.get / basic.consume                                                      queue
 ====================================  ===================  ==================  ===============
 
+A super stream (exchange type ``x-super-stream``, not in RabbitMQ's table) owns its partition
+queues ``name-0 ..``: declaring a new one and deleting one also need configure on each of them.
+
 A refusal is a channel error 403 ACCESS_REFUSED, ``access to queue 'q' in vhost '/' refused for
 user 'u'``; it comes before the existence check (a missing queue the user may not read is 403,
 not 404), as in RabbitMQ.
@@ -150,12 +153,21 @@ def exchange_declare(sess: Connection, m) -> None:
         if ae is not None:
             check(sess, READ, "exchange", m.exchange)
             check(sess, WRITE, "exchange", ae)
+        if m.exchange_type == routing.X_SUPER_STREAM:  # it declares its partition queues too
+            n = (m.arguments or {}).get("x-partitions")
+            if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 1024:
+                for i in range(n):
+                    check(sess, CONFIGURE, "queue", f"{m.exchange}-{i}")
 
 
 def exchange_delete(sess: Connection, name: str) -> None:
     if name == "" or name.startswith("amq."):
         return  # the vhost refuses these first (default exchange / system exchange)
     check(sess, CONFIGURE, "exchange", name)
+    ex = sess.vhost.exchanges.get(name)
+    if ex is not None and ex.type == routing.X_SUPER_STREAM:  # its partitions are deleted too
+        for kind, queue in sorted(d for ds in ex.index.by_number.values() for d in ds):
+            check(sess, CONFIGURE, "queue", queue)
 
 
 def queue_declare(sess: Connection, name: str, arguments: dict | None) -> None:

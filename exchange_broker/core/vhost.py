@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import routing
 
+from exchange_broker.core import super_streams
 from exchange_broker.core.exchange import Exchange, make_index
 from exchange_broker.core.limits import check_queue_count
 from exchange_broker.core.names import check_name, describe, generated
@@ -67,6 +68,12 @@ def _norm(value):
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
 
 
+def _wants_headers(index) -> bool:
+    """Routing through this index reads message headers (headers exchanges, also x-delayed-message
+    of x-delayed-type headers; a super stream's x-partition)."""
+    return isinstance(index, routing.HeadersIndex) or getattr(index, "wants_headers", False)
+
+
 class VHost:
     def __init__(self, broker, name: str) -> None:
         self.broker = broker
@@ -83,7 +90,7 @@ class VHost:
 
     def _add_exchange(self, ex: Exchange) -> None:
         self.exchanges[ex.name] = ex
-        if isinstance(ex.index, routing.HeadersIndex):  # also x-delayed-message of x-delayed-type headers
+        if _wants_headers(ex.index):
             self.headers_exchanges += 1
 
     def describe(self, kind: str, name: str) -> str:
@@ -126,6 +133,8 @@ class VHost:
                             f"prefix 'amq.*'", cid, mid, hard=False)
         if type not in routing.TYPES:
             raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type}'", cid, mid, hard=True)
+        if type == routing.X_SUPER_STREAM:  # x-partitions, durable, its partitions' names (406)
+            super_streams.check_declare(self, name, durable, auto_delete, arguments, existing)
         if existing is not None:
             desc = self.describe("exchange", name)
             for field, got, have in (("type", type, existing.type), ("durable", durable, existing.durable),
@@ -147,6 +156,8 @@ class VHost:
         self.policies.apply_exchange(ex)
         if durable:
             self.broker.durability.exchange_declared(ex)
+        if type == routing.X_SUPER_STREAM:
+            super_streams.create_partitions(self, ex)
         return ex
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
@@ -164,8 +175,10 @@ class VHost:
         self._remove_exchange(ex)
 
     def _remove_exchange(self, ex: Exchange) -> None:
+        if ex.type == routing.X_SUPER_STREAM:
+            super_streams.delete_partitions(self, ex)
         del self.exchanges[ex.name]
-        if isinstance(ex.index, routing.HeadersIndex):
+        if _wants_headers(ex.index):
             self.headers_exchanges -= 1
         dest = ("e", ex.name)
         for other in list(self.exchanges.values()):

@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from exchange_broker.management.common import AdminContext
 from exchange_broker.management.connections import sessions
 from exchange_broker.management.stats import delivered_total, global_counters, unacked_by_queue
+from exchange_broker.management.super_streams import all_group_rows
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -91,6 +92,29 @@ class BrokerCollector:
                                   "Messages acknowledged by consumers", value=c["ack"])
         yield CounterMetricFamily("rabbitmq_global_messages_unroutable",
                                   "Messages published that no queue received", value=c["return_unroutable"])
+        yield from group_metrics(all_group_rows(self.ctx))
+
+
+def group_metrics(groups: list[dict]):
+    """Consumer groups of super streams: lag and committed offset per group and partition,
+    members per group."""
+    labels = ["vhost", "super_stream", "group", "partition"]
+    lag = GaugeMetricFamily("exchange_broker_consumer_group_lag", "Messages of a super stream "
+                            "partition after the consumer group's committed offset", labels=labels)
+    committed = GaugeMetricFamily("exchange_broker_consumer_group_committed_offset", "The last offset "
+                                  "a consumer group acked on a partition (-1: none)", labels=labels)
+    members = GaugeMetricFamily("exchange_broker_consumer_group_members", "Members of a consumer group",
+                                labels=labels[:3])
+    for g in groups:
+        key = [g["vhost"], g["super_stream"], g["group"]]
+        members.add_metric(key, len(g["members"]))
+        for p in g["partitions"]:
+            if "lag" in p:
+                lv = key + [str(p["partition"])]
+                lag.add_metric(lv, p["lag"])
+                off = p["committed_offset"]
+                committed.add_metric(lv, -1 if off is None else off)
+    yield from (lag, committed, members)
 
 
 def make_registry(ctx: AdminContext) -> CollectorRegistry:

@@ -25,7 +25,8 @@ from exchange_broker.protocol.constants import (ACCESS_REFUSED, BASIC_ACK, BASIC
                                                 FRAME_MAX_DEFAULT, FRAME_METHOD, FRAME_MIN_SIZE,
                                                 HEARTBEAT_DEFAULT, MAX_MESSAGE_SIZE_DEFAULT, NOT_ALLOWED,
                                                 PROTOCOL_HEADER, UNEXPECTED_FRAME)
-from exchange_broker.protocol.content import Content, TooLarge, content_body, content_header
+from exchange_broker.protocol.content import (PUBLISH_BATCH, Content, TooLarge, content_body, content_header,
+                                             publishes as _publishes, whole_content as _whole_content)
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.protocol.output import Output, Slot
 
@@ -44,7 +45,6 @@ _CH_CLOSE_OK = commands.Channel.CloseOk.index
 _OPEN_OK_PAYLOAD = struct.pack(">HHI", 20, 11, 0)
 _CLOSE_OK_PAYLOAD = struct.pack(">HH", 20, 41)
 _PUBLISH_ID = struct.pack(">I", BASIC_PUBLISH)
-_CONTENT_HDR = struct.Struct(">HHQ")  # class, weight, body size
 _CONN_CLOSE_OK_FRAME = _FRAME_HDR.pack(FRAME_METHOD, 0, 4) + struct.pack(">HH", 10, 51) + b"\xce"
 FRAME_SIZE_FUDGE = 8  # RabbitMQ accepts frames up to 8 bytes over frame_max (a common client slip)
 
@@ -483,44 +483,6 @@ class ServerConnection:
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
         self.state = "open"
-
-
-def _whole_content(buf: bytearray, pos: int, n: int, channel: int, payload_max: int,
-                   max_size: int) -> tuple | None:
-    """The usual publish: its content header and single body frame are already in ``buf`` at
-    ``pos``, well-formed. Returns (position after them, properties, quick properties, body), or
-    None to take them frame by frame (which also reports whatever is wrong with them)."""
-    if n - pos < 21:
-        return None
-    ftype, ch, size = _FRAME_HDR.unpack_from(buf, pos)
-    end = pos + 7 + size
-    if ftype != FRAME_HEADER or ch != channel or size < 14 or size > payload_max or end >= n \
-            or buf[end] != FRAME_END:
-        return None
-    class_id, _weight, body_size = _CONTENT_HDR.unpack_from(buf, pos + 7)
-    if class_id != 60 or body_size > max_size:
-        return None
-    properties = bytes(buf[pos + 19:end])
-    quick = codec.quick_properties(properties)
-    pos = end + 1
-    if body_size == 0:
-        return pos, properties, quick, b""
-    if n - pos < 8:
-        return None
-    ftype, ch, size = _FRAME_HDR.unpack_from(buf, pos)
-    end = pos + 7 + size
-    if ftype != FRAME_BODY or ch != channel or size != body_size or size > payload_max or end >= n \
-            or buf[end] != FRAME_END:
-        return None
-    return end + 1, properties, quick, bytes(buf[pos + 7:end])
-
-
-PUBLISH_BATCH = 512  # most publishes handed up as one event
-
-
-def _publishes(batch: list):
-    """One publish as itself, several in a row as one ``ev.Publishes``."""
-    return batch[0] if len(batch) == 1 else ev.Publishes(batch[0].channel, batch)
 
 
 _REPLYING = frozenset({ev.ChannelOpened, ev.ChannelClosed, ev.Closing})  # events with a reply after them

@@ -1,6 +1,7 @@
 """Content frames (header and body) of a basic.publish: a message is put together from them.
 
-Part of the sans-IO protocol (``connection.py`` calls these once it knows the frame's channel
+Also the fast path of a whole publish already read (``whole_content``) and the runs of publishes
+(``publishes``). Part of the sans-IO protocol (``connection.py`` calls these once it knows the frame's channel
 expects content); a complete message becomes an ``ev.Publish`` event.
 """
 
@@ -10,10 +11,12 @@ import struct
 
 from exchange_broker.protocol import codec
 from exchange_broker.protocol import events as ev
-from exchange_broker.protocol.constants import BASIC_PUBLISH, FRAME_ERROR, PRECONDITION_FAILED, UNEXPECTED_FRAME
+from exchange_broker.protocol.constants import (BASIC_PUBLISH, FRAME_BODY, FRAME_END, FRAME_ERROR, FRAME_HEADER,
+                                                PRECONDITION_FAILED, UNEXPECTED_FRAME)
 from exchange_broker.protocol.errors import AMQPError
 
-_CONTENT_HDR = struct.Struct(">HHQ")
+_CONTENT_HDR = struct.Struct(">HHQ")  # class, weight, body size
+_FRAME_HDR = struct.Struct(">BHI")
 
 
 class Content:
@@ -100,3 +103,40 @@ class TooLarge:
         return AMQPError(PRECONDITION_FAILED, f"message size {self.size} is larger than configured "
                          f"max size {self.limit}", 60, 40, hard=False)
 
+
+def whole_content(buf: bytearray, pos: int, n: int, channel: int, payload_max: int,
+                   max_size: int) -> tuple | None:
+    """The usual publish: its content header and single body frame are already in ``buf`` at
+    ``pos``, well-formed. Returns (position after them, properties, quick properties, body), or
+    None to take them frame by frame (which also reports whatever is wrong with them)."""
+    if n - pos < 21:
+        return None
+    ftype, ch, size = _FRAME_HDR.unpack_from(buf, pos)
+    end = pos + 7 + size
+    if ftype != FRAME_HEADER or ch != channel or size < 14 or size > payload_max or end >= n \
+            or buf[end] != FRAME_END:
+        return None
+    class_id, _weight, body_size = _CONTENT_HDR.unpack_from(buf, pos + 7)
+    if class_id != 60 or body_size > max_size:
+        return None
+    properties = bytes(buf[pos + 19:end])
+    quick = codec.quick_properties(properties)
+    pos = end + 1
+    if body_size == 0:
+        return pos, properties, quick, b""
+    if n - pos < 8:
+        return None
+    ftype, ch, size = _FRAME_HDR.unpack_from(buf, pos)
+    end = pos + 7 + size
+    if ftype != FRAME_BODY or ch != channel or size != body_size or size > payload_max or end >= n \
+            or buf[end] != FRAME_END:
+        return None
+    return end + 1, properties, quick, bytes(buf[pos + 7:end])
+
+
+PUBLISH_BATCH = 512  # most publishes handed up as one event
+
+
+def publishes(batch: list):
+    """One publish as itself, several in a row as one ``ev.Publishes``."""
+    return batch[0] if len(batch) == 1 else ev.Publishes(batch[0].channel, batch)
