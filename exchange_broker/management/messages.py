@@ -17,7 +17,9 @@ from pydantic import BaseModel, Field
 
 from exchange_broker.core.message import Message
 from exchange_broker.management.common import (READ, WRITE, AdminContext, Principal, ServiceError, bad_request,
-                                                check_resource, exchange_name, find_vhost, from_amqp, not_found)
+                                                check_resource, exchange_name, find_vhost, from_amqp, not_authorised,
+                                                not_found)
+from exchange_broker.core import permissions
 from exchange_broker.management.fields import arguments_from, bool_from, int_from, str_from, to_json
 from exchange_broker.management.web import Ctx, Who, body_doc, json_object, u
 from exchange_broker.protocol import codec
@@ -65,6 +67,9 @@ def publish(ctx: AdminContext, vhost: str, exchange: str, body: dict, who: Princ
     routing_key = str_from(body, "routing_key", required=True)
     if len(routing_key.encode("utf-8")) > 255:
         raise bad_request("routing_key is longer than 255 bytes")
+    if who is not None and not who.is_admin and ctx.broker.topic_permissions and \
+            not permissions.topic_allowed(ctx.broker, who.name, vhost, ex, routing_key, WRITE):
+        raise not_authorised(permissions.topic_refused(who.name, vhost, ex.name, routing_key).text)
     data = _payload(body)
     raw_props, props = encode_properties(body.get("properties"))
     dm, prio, has_headers = codec.quick_properties(raw_props)

@@ -58,9 +58,31 @@ async def json_body(request: Request, *, allow_empty: bool = True) -> Any:
             return {}
         raise bad_request("not_json")
     try:
-        return json.loads(raw, parse_constant=_no_constant)
+        data = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise bad_request("failed_to_parse_json") from None
+    if not _valid_text(data):
+        raise bad_request("failed_to_parse_json: a string holds an unpaired surrogate (\\ud800-\\udfff)")
+    return data
+
+
+def _valid_text(value) -> bool:
+    """No string in the document holds a lone surrogate (JSON escapes allow one; it is not text
+    and would fail later, when encoded)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return True
 
 
 def _no_constant(name: str):

@@ -243,3 +243,30 @@ def test_rabbitmq_export_with_topic_permissions_loads_and_is_enforced(api, tb):
             refusal("admin.#", user="h12u", vhost="h12v")
     finally:
         c.close()
+
+
+def test_publishing_through_the_api_obeys_topic_permissions(api):
+    """POST /api/exchanges/.../publish checks the user's topic write pattern as an AMQP publish
+    does (RabbitMQ publishes through a channel of the user's); refused: 401 with the AMQP text."""
+    api.ok("PUT", "/api/users/tpapi", {"password": "pw", "tags": "management"})
+    api.ok("PUT", "/api/permissions/%2F/tpapi", FULL)
+    api.ok("PUT", "/api/topic-permissions/%2F/tpapi", {"exchange": "amq.topic", "write": "^allowed\\.",
+                                                        "read": ".*"})
+    user = api.as_user("tpapi", "pw")
+    body = {"routing_key": "allowed.x", "payload": "hi", "payload_encoding": "string", "properties": {}}
+    status, data = user.post("/api/exchanges/%2F/amq.topic/publish", body)
+    assert status == 200 and data == {"routed": False}
+    status, data = user.post("/api/exchanges/%2F/amq.topic/publish", dict(body, routing_key="other.x"))
+    assert status == 401
+    assert refusal("other.x", user="tpapi").split(" - ", 1)[1] in data["reason"]
+    # an administrator is not held by topic permissions in the API, as before
+    status, _ = api.post("/api/exchanges/%2F/amq.topic/publish", dict(body, routing_key="other.x"))
+    assert status == 200
+
+
+def test_a_lone_surrogate_in_a_json_body_is_a_400_not_a_500(api):
+    raw = b'{"routing_key": "\\udcff", "payload": "x", "payload_encoding": "string", "properties": {}}'
+    status, data = api.call("POST", "/api/exchanges/%2F/amq.topic/publish", raw=raw,
+                            headers={"Content-Type": "application/json"})
+    assert status == 400 and "surrogate" in data["reason"]
+    assert api.get("/api/overview")[0] == 200
