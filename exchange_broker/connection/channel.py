@@ -10,6 +10,7 @@ The session hands each event for this channel to :meth:`Channel.publish`, :meth:
 from __future__ import annotations
 
 import time
+from time import monotonic
 from collections import OrderedDict
 from functools import partial
 
@@ -116,9 +117,17 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
             q.settle(msg)
             if not sess.dirty:
                 sess.mark_dirty()
-        else:
+        else:  # awaits its ack (what _track does, inlined)
             q.stats_deliver += 1
-            self._track(tag, msg, consumer, False)
+            msg.delivered_at = monotonic()  # the consumer timeout
+            self.unacked[tag] = (msg, consumer)
+            q.unacked += 1
+            consumer.unacked += 1
+            self.global_unacked += 1
+            if msg.stored:
+                q.delivered(msg)
+            if not sess.dirty:
+                sess.mark_dirty()
         return tag
 
     def _track(self, tag: int, msg: Message, consumer: Consumer | None, no_ack: bool) -> None:

@@ -19,6 +19,7 @@ class ConfirmMethods:
     """Mixed into Channel: uses its ``session``, ``number``, ``closed``, ``tx`` and ``reply``."""
 
     confirm = False
+    confirm_queued = False  # waiting in the session's confirm flush
 
     def _confirm_init(self) -> None:
         self.publish_seq = 0

@@ -94,14 +94,18 @@ class Session:
             self._call_soon(self.flush)
 
     def want_confirm_flush(self, ch: Channel) -> None:
-        self._confirm_flush.append(ch)
-        self.mark_dirty()
+        if not ch.confirm_queued:  # once per flush, however many publishes it confirms
+            ch.confirm_queued = True
+            self._confirm_flush.append(ch)
+        if not self.dirty:
+            self.mark_dirty()
 
     def flush(self) -> None:
         self.dirty = False
         if self._confirm_flush:
             chans, self._confirm_flush = self._confirm_flush, []
             for ch in chans:
+                ch.confirm_queued = False
                 if ch.closed and ch in self._draining:
                     self._draining_ack(ch)
                 else:

@@ -111,7 +111,8 @@ class ClassicQueue(QueueType):
         if ttl is not None:
             msg.expires_ms = _now_ms() + ttl
             self.has_ttl = True
-        if opts.limited and opts.overflow != "drop-head":
+        if (opts.max_length is not None or opts.max_length_bytes is not None) and \
+                opts.overflow != "drop-head":  # opts.limited, inlined (per publish)
             if (opts.max_length is not None and self.message_count >= opts.max_length) or \
                     (opts.max_length_bytes is not None and self.bytes + len(msg.body) > opts.max_length_bytes):
                 msg.rejected = True
@@ -161,7 +162,9 @@ class ClassicQueue(QueueType):
             self.evict()
             return
         self.ready.append(msg)
-        if self.options.limited and self.options.overflow == "drop-head":
+        opts = self.options
+        if (opts.max_length is not None or opts.max_length_bytes is not None) and \
+                opts.overflow == "drop-head":  # opts.limited, inlined (per publish)
             self._drop_over_limit()
         if self.consumers and not self._dispatching:
             later = self.broker.dispatch_later
