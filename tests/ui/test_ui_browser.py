@@ -225,7 +225,7 @@ def test_phone_width_keeps_the_page_inside_the_screen(browser, ui_broker, tmp_pa
         pg = context.new_page()
         login(pg, ui_broker.url)
         pg.wait_for_selector("#chart-rates svg")
-        for hash_ in ("#/overview", "#/queues", "#/admin/users"):
+        for hash_ in ("#/overview", "#/queues", "#/super-streams", "#/admin/users"):
             pg.goto(ui_broker.url + "/" + hash_)
             pg.wait_for_selector("main h1")
             pg.wait_for_timeout(300)
