@@ -55,22 +55,34 @@ def content_frames(channel: int, class_id: int, properties: bytes, body: bytes,
     return parts
 
 
-_END_CONTENT_HDR = struct.Struct(">BBHIHHQ")  # frame end, then a content header frame's start
-_END_BODY_HDR = struct.Struct(">BBHI")  # frame end, then a body frame's header
+_DELIVER_PACKERS: dict[tuple, struct.Struct] = {}
+
+
+def _deliver_packer(a: int, b: int, c: int, d: int) -> struct.Struct:
+    """basic.deliver, content header and body frame header in one Struct, for a consumer tag,
+    exchange and routing key (encoded short strings) of a, b, c bytes and properties of d."""
+    if len(_DELIVER_PACKERS) >= 1024:
+        _DELIVER_PACKERS.clear()
+    packer = _DELIVER_PACKERS[(a, b, c, d)] = struct.Struct(
+        f">BHIHH{a}sQB{b}s{c}sBBHIHHQ{d}sBBHI")
+    return packer
 
 
 def deliver_frames(channel: int, consumer_tag_sh: bytes, delivery_tag: int, redelivered: bool,
                    exchange_sh: bytes, routing_key_sh: bytes, properties: bytes, body: bytes,
                    frame_max: int) -> list[bytes]:
     """basic.deliver + content; the short strings come pre-encoded (length-prefixed)."""
+    size = len(body)
+    if 0 < size <= frame_max - 8:  # the usual case: one body frame, all but the body in one pack
+        a, b, c, d = len(consumer_tag_sh), len(exchange_sh), len(routing_key_sh), len(properties)
+        packer = _DELIVER_PACKERS.get((a, b, c, d)) or _deliver_packer(a, b, c, d)
+        return [packer.pack(FRAME_METHOD, channel, 13 + a + b + c, 60, 60, consumer_tag_sh,
+                            delivery_tag, 1 if redelivered else 0, exchange_sh, routing_key_sh,
+                            FRAME_END, FRAME_HEADER, channel, 12 + d, 60, 0, size, properties,
+                            FRAME_END, FRAME_BODY, channel, size),
+                body, FRAME_END_BYTE]
     args = consumer_tag_sh + _QB.pack(delivery_tag, 1 if redelivered else 0) + exchange_sh + routing_key_sh
     head = _DELIVER_HEAD.pack(FRAME_METHOD, channel, 4 + len(args), 60, 60) + args
-    size = len(body)
-    if 0 < size <= frame_max - 8:  # the usual case: one body frame
-        return [head, _END_CONTENT_HDR.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(properties),
-                                            60, 0, size),
-                properties, _END_BODY_HDR.pack(FRAME_END, FRAME_BODY, channel, size), body,
-                FRAME_END_BYTE]
     parts = [head, FRAME_END_BYTE]
     parts += content_frames(channel, 60, properties, body, frame_max)
     return parts
