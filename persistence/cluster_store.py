@@ -142,19 +142,19 @@ class ClusterStore:
 
     def nodes(self) -> list[dict]:
         """Every node: name, addresses, role, pid, host, incarnation, started_at and heartbeat_at
-        (ISO 8601), ``seconds_since_heartbeat``, ``alive`` and ``queues`` (the "vhost/queue" names
-        it holds an unexpired lease on), by name."""
+        (ISO 8601), ``seconds_since_heartbeat``, ``alive`` and ``queues`` (vhost, name and epoch of
+        each queue it holds an unexpired lease on), by name."""
         with self.transaction() as conn:
             rows = conn.execute(text(
                 f"SELECT name, amqp_address, admin_address, role, pid, host, incarnation, started_at, "
                 f"heartbeat_at, failover_timeout, EXTRACT(EPOCH FROM now() - heartbeat_at) AS since, "
                 f"{ALIVE} AS alive "
                 f"FROM cluster_nodes ORDER BY name")).mappings().all()
-            leases = conn.execute(text("SELECT leader, vhost, queue FROM queue_leases WHERE expires_at > now() "
-                                       "ORDER BY vhost, queue")).all()
+            leases = conn.execute(text("SELECT leader, vhost, queue, epoch FROM queue_leases "
+                                       "WHERE expires_at > now() ORDER BY vhost, queue")).all()
         led: dict[str, list[dict]] = {}
-        for leader, vhost, queue in leases:
-            led.setdefault(leader, []).append({"vhost": vhost, "name": queue})
+        for leader, vhost, queue, epoch in leases:
+            led.setdefault(leader, []).append({"vhost": vhost, "name": queue, "epoch": epoch})
         out = []
         for r in rows:
             out.append({"name": r["name"], "alive": bool(r["alive"]), "role": r["role"],

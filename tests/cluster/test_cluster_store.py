@@ -116,14 +116,18 @@ def test_racing_nodes_one_wins_a_free_lease(stores):
 
 
 def test_heartbeat_renews_a_nodes_leases(stores):
-    a, b = stores(0.5), stores(0.5)
+    a, b = stores(30), stores(30)
     inc = a.register("a", role="active")
     lease = a.take_lease("/", "kept", "a")
-    for _ in range(8):  # two failover timeouts of heartbeats: the lease never runs out
-        assert a.heartbeat("a", inc)
-        assert b.take_lease("/", "kept", "b") is None
-        threading.Event().wait(0.1)
-    assert [n["queues"] for n in b.nodes() if n["name"] == "a"] == [[{"vhost": "/", "name": "kept"}]]
+
+    def expiry():
+        with b.transaction() as conn:
+            return conn.execute(text("SELECT expires_at FROM queue_leases WHERE queue = 'kept'")).scalar_one()
+
+    before = expiry()
+    assert wait_until(lambda: a.heartbeat("a", inc) and expiry() > before, timeout=10)  # pushed further out
+    assert b.take_lease("/", "kept", "b") is None
+    assert [n["queues"] for n in b.nodes() if n["name"] == "a"] == [[{"vhost": "/", "name": "kept", "epoch": 1}]]
     a.deregister("a", inc)  # a clean stop ends its leases at once
     assert b.take_lease("/", "kept", "b").epoch == lease.epoch + 1
 
