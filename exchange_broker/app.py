@@ -191,7 +191,7 @@ class Application:
         if not config.in_memory:
             from exchange_broker.durability.sql import SqlDurability
             self.store, self.store_lock = await loop.run_in_executor(None, open_store, config, held_lock)
-            if self.cluster is not None and not await self.cluster.become_active(self.should_exit):
+            if self.cluster is not None and not await self.cluster.become_active(self.store, self.should_exit):
                 return False
             if self.store_lock is not None and self.cluster is None:  # a cluster node checks it each beat
                 self._lock_watch = loop.create_task(self._watch_lock(), name="store-lock")

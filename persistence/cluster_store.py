@@ -8,9 +8,10 @@ still agree on who is alive and whose lease has run out.
   :meth:`deregister`, :meth:`nodes` (alive = a heartbeat within the failover timeout).
 * Queue leases: :meth:`take_lease` (compare-and-set under ``SELECT ... FOR UPDATE``: a free or
   expired lease is taken with ``epoch + 1``), :meth:`renew_lease`, :meth:`release_lease`, and
-  :func:`fence` for writers: in the writer's own transaction, ``UPDATE ... WHERE leader = :me AND
-  epoch = :epoch`` takes the lease row's lock (so a take-over waits for the write to commit, and a
-  write after a take-over sees the new epoch); 0 rows means fenced (:class:`Fenced`).
+  :func:`fence` for writers: in the writer's own transaction, ``SELECT ... WHERE leader = :me AND
+  epoch = :epoch FOR SHARE`` locks the lease row (so a take-over waits for the write to commit,
+  and a write after a take-over sees the new epoch); no row means fenced (:class:`Fenced`).
+  ``STORE_LEASE`` is the lease on the whole store (the active node's).
 * Definitions: :meth:`bump_definitions` increments the ``definitions`` counter and sends
   ``NOTIFY eb_definitions, '<version>'`` in the same transaction (delivered at commit);
   :class:`DefinitionsListener` (a thread on its own connection) calls ``changed(version)`` for
@@ -39,7 +40,10 @@ log = logging.getLogger("exchange_broker.cluster")
 CHANNEL = "eb_definitions"
 # a node is alive while its last heartbeat is younger than its own failover timeout
 ALIVE = "(heartbeat_at > now() - make_interval(secs => failover_timeout))"
-CONNECT_TIMEOUT = 10  # seconds: an unreachable database fails a call instead of hanging it
+CONNECT_TIMEOUT = 10
+# the lease on the whole store (vhost "" is no vhost's name): the active node of an active/standby
+# cluster holds it, and every write of its store is fenced with its epoch
+STORE_LEASE = ("", "*store*")  # seconds: an unreachable database fails a call instead of hanging it
 
 
 class NodeNameInUse(Exception):
@@ -93,7 +97,8 @@ class ClusterStore:
             row = conn.execute(text(
                 f"SELECT pid, host, incarnation, {ALIVE} AS alive FROM cluster_nodes WHERE name = :n FOR UPDATE"),
                 {"n": name}).first()
-            if row is not None and row.alive and (row.pid, row.host) != (pid, host):
+            if row is not None and row.alive and (row.pid, row.host) != (pid, host) and \
+                    not (row.host == host and not _running(row.pid)):  # a killed node may restart at once
                 raise NodeNameInUse(f"the node name {name!r} is in use by a live node (pid {row.pid} on "
                                     f"host {row.host}); give this node another --node-name")
             incarnation = (row.incarnation + 1) if row is not None else 1
@@ -108,6 +113,9 @@ class ClusterStore:
                 "heartbeat_at = now()"),
                 {"n": name, "amqp": amqp_address, "admin": admin_address, "pid": pid, "host": host,
                  "role": role, "inc": incarnation, "ft": self.failover_timeout})
+            # whatever an earlier incarnation led is free now: that process is gone
+            conn.execute(text("UPDATE queue_leases SET expires_at = now() WHERE leader = :n AND expires_at > now()"),
+                         {"n": name})
         return incarnation
 
     def update_node(self, name: str, incarnation: int, **values: str) -> bool:
@@ -151,7 +159,8 @@ class ClusterStore:
                 f"{ALIVE} AS alive "
                 f"FROM cluster_nodes ORDER BY name")).mappings().all()
             leases = conn.execute(text("SELECT leader, vhost, queue, epoch FROM queue_leases "
-                                       "WHERE expires_at > now() ORDER BY vhost, queue")).all()
+                                       "WHERE expires_at > now() AND vhost <> :store ORDER BY vhost, queue"),
+                                  {"store": STORE_LEASE[0]}).all()
         led: dict[str, list[dict]] = {}
         for leader, vhost, queue, epoch in leases:
             led.setdefault(leader, []).append({"vhost": vhost, "name": queue, "epoch": epoch})
@@ -190,7 +199,8 @@ class ClusterStore:
         return Lease(vhost, queue, node, epoch)
 
     def renew_lease(self, lease: Lease) -> bool:
-        """Extend ``lease`` for a failover timeout; False when it is no longer ours (fenced)."""
+        """Extend ``lease`` for a failover timeout, even one that ran out while nobody took it;
+        False when it is no longer ours (fenced)."""
         with self.transaction() as conn:
             done = conn.execute(text(
                 f"UPDATE queue_leases SET expires_at = now() + {_interval(self.failover_timeout)} "
@@ -246,11 +256,23 @@ def _key(lease: Lease) -> dict:
     return {"v": lease.vhost, "q": lease.queue, "me": lease.leader, "e": lease.epoch}
 
 
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def fence(conn: Connection, lease: Lease) -> None:
-    """In the caller's transaction: lock the lease row if it is still ``lease``'s, else Fenced."""
-    done = conn.execute(text("UPDATE queue_leases SET epoch = epoch WHERE vhost = :v AND queue = :q "
-                             "AND leader = :me AND epoch = :e"), _key(lease))
-    if done.rowcount != 1:
+    """In the caller's transaction: share-lock the lease row if it is still ``lease``'s (a take-over
+    waits for this transaction; a write after a take-over sees the new epoch), else Fenced."""
+    held = conn.execute(text("SELECT 1 FROM queue_leases WHERE vhost = :v AND queue = :q "
+                             "AND leader = :me AND epoch = :e FOR SHARE"), _key(lease)).first()
+    if held is None:
         raise Fenced(f"queue '{lease.queue}' in vhost '{lease.vhost}': node '{lease.leader}' no longer "
                      f"leads it with epoch {lease.epoch}")
 

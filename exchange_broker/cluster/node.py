@@ -8,10 +8,11 @@ node, so no queue is ever served by two processes:
   (the database's clock decides who is alive: a beat within ``--cluster-failover-timeout``);
 * a node that finds the store locked is a *standby*: it beats and tries the lock each beat,
   with no AMQP listener and no admin API;
-* a node that gets the lock waits until no other *active* node is alive (a node that lost its
-  lock stops by itself within a beat, so after a failover timeout without its beats it no longer
-  writes), then restores the store, listens, and takes a lease on every durable queue it serves
-  (epoch + 1 on each change of leader); its beats renew the leases;
+* a node that gets the lock takes the store's lease (``STORE_LEASE``: at once after a clean stop,
+  else once the last active node's lease ran out, a failover timeout after its last beat), fences
+  every write of its store with that lease's epoch (a stale node's writes fail), then restores the
+  store, listens, and takes a lease on every durable queue it serves (epoch + 1 on each change of
+  leader); its beats renew the leases;
 * an active node that loses its lock or its node row (another incarnation took the name) exits
   at once without another write (fail-stop, exit code 1): a supervisor restarts it, as a standby.
 
@@ -24,7 +25,7 @@ import asyncio
 import logging
 from typing import Callable
 
-from persistence.cluster_store import ClusterStore, Lease, NodeNameInUse
+from persistence.cluster_store import STORE_LEASE, ClusterStore, Lease, NodeNameInUse, fence
 from persistence.lock import StoreInUse
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -48,6 +49,7 @@ class ClusterNode:
         self.broker = None  # set once active: its durable queues get leases
         self.lock = None  # the store lock, once held
         self.leases: dict[tuple[str, str], Lease] = {}
+        self.store_lease: Lease | None = None  # once active: every write of the store is fenced by it
         self.on_lost: Callable[[str], None] = lambda why: None  # fail-stop (the application exits)
         self._task: asyncio.Task | None = None
         self._standby_logged = False
@@ -95,27 +97,32 @@ class ClusterNode:
             except asyncio.TimeoutError:
                 pass
 
-    async def become_active(self, should_exit: asyncio.Event) -> bool:
-        """With the lock held: wait until no other active node is alive, then be the active one.
-        False when asked to exit meanwhile."""
+    async def become_active(self, sql_store, should_exit: asyncio.Event) -> bool:
+        """With the lock held: take the store's lease (it is free, or once the last active node's
+        lease has run out: a failover timeout after its last beat), fence every write of
+        ``sql_store`` with its epoch, and be the active node. False when asked to exit meanwhile."""
         while not await self._register("active"):
             if await self._wait(should_exit):
                 return False
         announced = False
         while True:
-            others = await self._call(lambda: self.store.live_nodes("active", other_than=self.name))
-            if not others:
+            lease = await self._call(self.store.take_lease, *STORE_LEASE, self.name)
+            if lease is not None:
                 break
             if not announced:
                 announced = True
-                log.warning("cluster: waiting until %s, the last active node, is dead (no heartbeat for "
-                            "%.1f s) before serving", ", ".join(others), self.failover_timeout)
+                held = await self._call(self.store.lease_of, *STORE_LEASE)
+                log.warning("cluster: waiting until the lease of '%s', the last active node, runs out (%.1f s "
+                            "after its last heartbeat) before serving", held.leader if held else "?",
+                            self.failover_timeout)
             await self._beat_quietly()
             if await self._wait(should_exit):
                 return False
+        self.store_lease = lease
+        sql_store.write_fence = lambda conn: fence(conn, lease)  # a stale node's writes fail
         await self._call(lambda: self.store.update_node(self.name, self.incarnation, role="active"))
         self.role = "active"
-        log.info("cluster: node '%s' is active", self.name)
+        log.info("cluster: node '%s' is active (store lease epoch %d)", self.name, lease.epoch)
         return True
 
     async def _wait(self, should_exit: asyncio.Event) -> bool:
@@ -163,7 +170,17 @@ class ClusterNode:
         if not await self._beat_quietly():
             self._lose(f"another incarnation of node '{self.name}' has registered")
             return
+        if self.store_lease is not None and not await self._renew_store_lease():
+            self._lose(f"the store's lease (epoch {self.store_lease.epoch}) has another leader now")
+            return
         await self._sync_leases()
+
+    async def _renew_store_lease(self) -> bool:
+        try:
+            return await self._call(self.store.renew_lease, self.store_lease)
+        except SQLAlchemyError as exc:
+            log.warning("cluster: renewing the store's lease failed: %s", " ".join(str(exc).split())[:300])
+            return True  # unknown: fenced writes and the lock check decide
 
     def _lose(self, why: str) -> None:
         log.error("cluster: node '%s' stops serving: %s", self.name, why)

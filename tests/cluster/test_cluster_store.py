@@ -150,3 +150,23 @@ def test_definitions_version_notifies_and_a_gap_reloads(stores):
         assert seen == [("changed", 1), ("reload", 2)]
     finally:
         listener.stop()
+
+
+def test_every_write_of_a_fenced_store_fails_and_writes_nothing(stores, url):
+    from persistence.cluster_store import STORE_LEASE, fence
+    from persistence.sql_store import SqlStore
+    a, b = stores(0.3), stores(0.3)
+    lease = a.take_lease(*STORE_LEASE, "a")
+    store = SqlStore(url)
+    store.open()
+    try:
+        store.write_fence = lambda conn: fence(conn, lease)
+        store.put_vhost("written-while-leading")
+        taken = wait_until(lambda: b.take_lease(*STORE_LEASE, "b"), timeout=10)  # a paused past its lease
+        assert taken.epoch == lease.epoch + 1
+        with pytest.raises(Fenced):
+            store.put_vhost("written-after-the-take-over")
+        names = {v["name"] for v in store.load_definitions().vhosts}
+        assert "written-while-leading" in names and "written-after-the-take-over" not in names
+    finally:
+        store.close()
