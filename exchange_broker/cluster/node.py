@@ -13,8 +13,10 @@ node, so no queue is ever served by two processes:
   every write of its store with that lease's epoch (a stale node's writes fail), then restores the
   store, listens, and takes a lease on every durable queue it serves (epoch + 1 on each change of
   leader); its beats renew the leases;
-* an active node that loses its lock or its node row (another incarnation took the name) exits
-  at once without another write (fail-stop, exit code 1): a supervisor restarts it, as a standby.
+* an active node whose lock another node took, whose store lease has another leader, or whose
+  node row another incarnation took exits at once without another write (fail-stop, exit code 1):
+  a supervisor restarts it, as a standby. (A lock merely lost in a database outage is taken again
+  when the database answers; meanwhile the store lease fences the node's writes.)
 
 All store calls run on an executor thread, never on the event loop.
 """
@@ -162,10 +164,9 @@ class ClusterNode:
         """One beat of an active node: the lock first (a node without it must not even beat), then
         the heartbeat (which renews the leases), then leases for queues declared or deleted since."""
         if self.lock is not None:
-            await self._call(self.lock.check)
-            state = getattr(self.lock, "state", "held")
-            if state != "held":
-                self._lose(f"the store lock is {state}")
+            await self._call(self.lock.check)  # takes it again after a database outage, if it can
+            if getattr(self.lock, "state", "held") == "taken":  # "lost": unreachable; the lease fences
+                self._lose("another node holds the store lock now")
                 return
         if not await self._beat_quietly():
             self._lose(f"another incarnation of node '{self.name}' has registered")
@@ -205,7 +206,11 @@ class ClusterNode:
         gone = [key for key in self.leases if key not in served]
         if not to_take and not gone:
             return
-        taken, refused = await self._call(self._take_and_forget, to_take, gone)
+        try:
+            taken, refused = await self._call(self._take_and_forget, to_take, gone)
+        except SQLAlchemyError as exc:
+            log.warning("cluster: updating queue leases failed: %s", " ".join(str(exc).split())[:300])
+            return
         for key in gone:
             self.leases.pop(key, None)
         self.leases.update(taken)

@@ -154,3 +154,17 @@ def test_bad_cluster_flags_are_one_line_and_exit_1(workdir):
         assert out.returncode == 1, (args, out.stderr)
         assert len(out.stderr.splitlines()) == 1 and needle in out.stderr, (args, out.stderr)
         assert "Traceback" not in out.stderr
+
+
+def test_an_active_node_whose_store_lease_is_taken_stops_at_once(nodes, cluster_url):
+    from sqlalchemy import create_engine, text
+    node = nodes("f1")
+    publish_confirmed(node.port, "q", [b"kept"])
+    engine = create_engine(cluster_url)
+    try:
+        with engine.begin() as conn:  # as if another node had taken the store over meanwhile
+            conn.execute(text("UPDATE queue_leases SET leader = 'intruder', epoch = epoch + 1 WHERE vhost = ''"))
+    finally:
+        engine.dispose()
+    assert node.proc.wait(20) == 1  # fail-stop: no further write, exit code 1
+    assert "cluster: node 'f1' stops serving: the store's lease (epoch 1) has another leader now" in node.log()
