@@ -122,6 +122,8 @@ def test_a_paused_active_node_is_not_replaced_while_it_holds_the_store(nodes, cl
     view = wait_for_status(cluster_url, lambda v: v["p1"]["alive"], timeout=15)
     assert view["p1"]["alive"] and view["p1"]["role"] == "active" and not n2.is_active()
     assert drain(n1.port, "kept") == [(b"one", False)]
+    assert n2.terminate() == 0  # a standby stops cleanly and leaves the cluster
+    assert sorted(wait_for_status(cluster_url, lambda v: "p2" not in v)) == ["p1"]
 
 
 def test_a_live_node_name_cannot_be_taken_twice(nodes, workdir, cluster_url):
