@@ -17,6 +17,7 @@ import contextlib
 import gc
 import logging
 import os
+import socket
 import sys
 import tempfile
 
@@ -76,10 +77,10 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split()) or type(exc).__name__
 
 
-def open_store(config: Config):
+def open_store(config: Config, held_lock=None):
     """Lock the store (one broker per store), then open it, applying the alembic migrations
     (blocking: run it off the loop). Returns ``(store, lock)``; the caller releases the lock
-    after closing the store."""
+    after closing the store. ``held_lock``: the store's lock, already taken (a cluster node)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -88,9 +89,9 @@ def open_store(config: Config):
     url = database_url(config)
     where = make_url(url).render_as_string(hide_password=True)
     store = SqlStore(url, sqlite_synchronous=config.sqlite_synchronous)
-    lock = store_lock(url)
+    lock = held_lock or store_lock(url)
     try:
-        if lock is not None:
+        if lock is not None and held_lock is None:
             lock.acquire()
         store.open()
     except StoreInUse as exc:
@@ -155,6 +156,12 @@ async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     return admin
 
 
+def advertised(host: str) -> str:
+    """The address other nodes and the operator reach a listener on: the host's name for a
+    wildcard address."""
+    return socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+
+
 class Application:
     """One broker process: ``await Application(config).serve()`` until SIGTERM/SIGINT."""
 
@@ -169,14 +176,24 @@ class Application:
         self.admin = None
         self.should_exit = asyncio.Event()
         self._stopped = False
+        self.cluster = None  # exchange_broker.cluster.node.ClusterNode with --cluster
+        self.exit_code = 0
 
-    async def start(self) -> None:
+    async def start(self) -> bool:
+        """Build and start everything; False when asked to exit before serving (a cluster standby)."""
         config = self.config
         loop = asyncio.get_running_loop()
+        held_lock = None
+        if config.cluster:
+            held_lock = await self._join_cluster()
+            if held_lock is None:
+                return False
         if not config.in_memory:
             from exchange_broker.durability.sql import SqlDurability
-            self.store, self.store_lock = await loop.run_in_executor(None, open_store, config)
-            if self.store_lock is not None:
+            self.store, self.store_lock = await loop.run_in_executor(None, open_store, config, held_lock)
+            if self.cluster is not None and not await self.cluster.become_active(self.store, self.should_exit):
+                return False
+            if self.store_lock is not None and self.cluster is None:  # a cluster node checks it each beat
                 self._lock_watch = loop.create_task(self._watch_lock(), name="store-lock")
             self.durability = SqlDurability(self.store, loop, window=config.queue_window)
         self.broker = build_broker(LoopClock(loop), durability=self.durability, config=config)
@@ -190,15 +207,44 @@ class Application:
         if config.port_file:
             with open(config.port_file, "w") as fh:
                 fh.write(str(self.server.port))
+        if self.cluster is not None:
+            if self.admin is not None:
+                self.admin.context.cluster = self.cluster  # /api/nodes lists every node
+            admin = f"{advertised(config.admin_listen_host)}:{self.admin.port}" if self.admin is not None else ""
+            await self.cluster.serving(self.broker, f"{advertised(config.host)}:{self.server.port}",
+                                       admin)
         log.info("exchange-broker ready on %s:%d", config.host, self.server.port)
+        return True
+
+    async def _join_cluster(self):
+        """Join as a standby until the store's lock is ours (returned), None when asked to exit."""
+        from exchange_broker.cluster.node import ClusterNode, ClusterStartError
+        from persistence.lock import store_lock
+        config = self.config
+        self.cluster = ClusterNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
+                                   config.cluster_failover_timeout)
+        self.cluster.on_lost = self._lost_cluster_role
+        lock = store_lock(config.store_url)
+        try:
+            return lock if await self.cluster.acquire_store(lock, self.should_exit) else None
+        except ClusterStartError as exc:
+            raise StartupError(str(exc)) from None
+
+    def _lost_cluster_role(self, why: str) -> None:
+        """Fail-stop: a node that may no longer be the store's only writer ends at once, without
+        another write (no flush, no graceful close: its clients reconnect to the next active node,
+        and what it had not confirmed they publish again)."""
+        logging.shutdown()
+        os._exit(1)
 
     async def serve(self) -> int:
         # The group-commit writer thread needs the GIL back quickly after each database call; with
         # the default 5 ms switch interval a busy event loop delays every commit by up to 5 ms per
         # hand-off.
         sys.setswitchinterval(0.001)
+        install_signal_handlers(self.should_exit)  # a cluster standby waits in start() for a long time
         try:
-            await self.start()
+            serving = await self.start()
         except Exception as exc:
             await self._abandon_start()
             if isinstance(exc, StartupError):
@@ -208,11 +254,11 @@ class Application:
         except BaseException:
             await self._abandon_start()
             raise
-        install_signal_handlers(self.should_exit)
-        await self.should_exit.wait()
+        if serving:
+            await self.should_exit.wait()
         log.info("shutting down")
         await self.stop()
-        return 0
+        return self.exit_code
 
     async def stop(self) -> None:
         """Admin API, then listeners (connection.close 320 to every client), then the delayed
@@ -232,8 +278,12 @@ class Application:
             self._lock_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lock_watch
+        if self.cluster is not None:
+            await self.cluster.stop()  # leave the cluster: its leases end, a standby may take over
         if self.store is not None:
             self.store.close()
+        if self.cluster is not None and self.cluster.lock is not None and self.store_lock is None:
+            self.cluster.lock.release()  # taken, but the store was never opened
         if self.store_lock is not None:
             self.store_lock.release()  # last: no other broker opens the store while we still write
 

@@ -1,4 +1,4 @@
-"""`exchange-broker` command line: argv -> Config -> app (``serve``, ``db``, ``admin``).
+"""`exchange-broker` command line: argv -> Config -> app (``serve``, ``db``, ``admin``, ``cluster``).
 
 The ``serve`` and ``db`` options are generated from :class:`exchange_broker.config.Config`; this
 module only parses arguments and hands the Config to the application.
@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("revision", nargs="?", default="head" if name == "upgrade" else None)
     from exchange_broker.management.cli import add_parser as add_admin_parser
     add_admin_parser(sub)
+    from exchange_broker.cluster.status import add_parser as add_cluster_parser
+    add_cluster_parser(sub)
     return p
 
 
@@ -110,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "admin":
         from exchange_broker.management.cli import run as admin_run
         return admin_run(args)
+    if args.command == "cluster":
+        from exchange_broker.cluster.status import run as cluster_run
+        return cluster_run(args)
     try:
         config = Config.from_namespace(args)
     except ValueError as exc:  # a setting out of range, a database URL we cannot use, ...

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
@@ -26,7 +27,7 @@ from exchange_broker.server.tls import DEFAULT_TLS_PORT, TLSConfig
 ENV_PREFIX = "EXCHANGE_BROKER_"
 TRUE_WORDS = ("1", "true", "yes")  # what a boolean environment variable must say to mean "on"
 DEFAULT_DATA_DIR = os.path.join("~", ".local", "share", "exchange-broker")
-SERVE, DB = "serve", "db"
+SERVE, DB, CLUSTER = "serve", "db", "cluster"
 
 
 def setting(default: Any, help: str, *, group: str, type: Callable | None = None,
@@ -89,7 +90,7 @@ class Config:
     database_url: str | None = setting(
         None, "PostgreSQL or SQLite URL, e.g. postgresql://user@host/db (psycopg 3); overrides --data-dir",
         group="store",
-        commands=(SERVE, DB), default_text="none")
+        commands=(SERVE, DB, CLUSTER), default_text="none")
     sqlite_synchronous: str = setting("FULL", "SQLite PRAGMA synchronous (FULL: every commit is fsynced)",
                                       group="store", choices=("FULL", "NORMAL", "OFF"), commands=(SERVE, DB))
     in_memory: bool = setting(False, "keep nothing on disk (no SQL store)", group="store")
@@ -110,7 +111,17 @@ class Config:
         5.0, "seconds between the admin API's statistics samples (rates, the UI's charts); "
              "10 minutes of samples are kept", group="admin API")
     log_level: str = setting("INFO", "logging level (DEBUG, INFO, WARNING, ERROR)", group="logging",
-                             commands=(SERVE, DB))
+                             commands=(SERVE, DB, CLUSTER))
+    # -- cluster ----------------------------------------------------------------------------------------
+    cluster: bool = setting(False, "join the cluster of the nodes on the same PostgreSQL --database-url "
+                                   "(one node serves, the others stand by and take over when it dies)",
+                            group="cluster")
+    node_name: str | None = setting(None, "this node's name in the cluster (unique among the nodes)",
+                                    group="cluster", default_text="host:port of the AMQP listener")
+    cluster_heartbeat: float = setting(1.0, "seconds between a node's heartbeats (and lease renewals)",
+                                       group="cluster")
+    cluster_failover_timeout: float = setting(
+        10.0, "seconds without a heartbeat after which a node is dead and its queues move", group="cluster")
 
     def __post_init__(self) -> None:
         for name in ("port", "tls_port", "admin_port"):
@@ -133,9 +144,18 @@ class Config:
             except ValueError:
                 raise ValueError(f"{flag_of(name)} must be a fraction (0.4) or a size (512MiB, 50MB), "
                                  f"not {getattr(self, name)!r}") from None
+        _check(self, "cluster_heartbeat", 0.05, 60, "a number of seconds")
+        _check(self, "cluster_failover_timeout", 0.1, 3600, "a number of seconds")
+        if self.cluster_failover_timeout <= self.cluster_heartbeat:
+            raise ValueError("--cluster-failover-timeout must be longer than --cluster-heartbeat")
         self.tls  # noqa: B018 - TLS needs a certificate and a key; verify-peer needs a CA
         if self.database_url:
             self.database_url = normalize_database_url(self.database_url)
+        if self.cluster and (self.in_memory or not (self.database_url or "").startswith("postgresql")):
+            raise ValueError("--cluster needs a PostgreSQL --database-url (the nodes share it; "
+                             "SQLite and --in-memory stores are single-node)")
+        if self.node_name is not None and not self.node_name.strip():
+            raise ValueError("--node-name must not be empty")
 
     # -- derived ------------------------------------------------------------------------------------
     @property
@@ -164,6 +184,15 @@ class Config:
     def disk_watch_dir(self) -> str | None:
         """The directory whose free space the disk alarm watches (None: nothing on a local disk)."""
         return None if self.in_memory or self.database_url else self.data_path
+
+    @property
+    def cluster_node_name(self) -> str:
+        """--node-name, else ``host:port`` of the AMQP listener (the host's name for a wildcard
+        address; with --port 0 the port is not known yet: the process id stands in for it)."""
+        if self.node_name:
+            return self.node_name.strip()
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else socket.gethostname()
+        return f"{host}:{self.port}" if self.port else f"{host}:pid{os.getpid()}"
 
     @property
     def admin_listen_host(self) -> str:

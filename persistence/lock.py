@@ -159,6 +159,11 @@ class PostgresLock(StoreLock):
         self._state = "held"  # or "lost" (our session ended), "taken" (someone else holds it now)
         self._mutex = threading.Lock()  # check() runs in a worker thread; release() may come meanwhile
 
+    @property
+    def state(self) -> str:
+        """"held", "lost" (our session ended) or "taken" (another process holds the lock now)."""
+        return self._state
+
     def acquire(self) -> None:
         """Raises StoreInUse, or SQLAlchemyError when the database cannot be reached."""
         conn = self._engine.connect()

@@ -9,6 +9,8 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -179,6 +181,43 @@ class TopicPermission(Base):
     read: Mapped[str] = mapped_column(Text, nullable=False)
 
 
+class ClusterNode(Base):
+    """A cluster node: its addresses, when it started and last beat (the database's clock), its
+    incarnation (bumped on every start under the same name) and its role (active / standby)."""
+
+    __tablename__ = "cluster_nodes"
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    amqp_address: Mapped[str] = mapped_column(String, nullable=False)
+    admin_address: Mapped[str] = mapped_column(String, nullable=False)
+    pid: Mapped[int] = mapped_column(Integer, nullable=False)
+    host: Mapped[str] = mapped_column(String, nullable=False)
+    role: Mapped[str] = mapped_column(String(16), nullable=False)
+    incarnation: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    failover_timeout: Mapped[float] = mapped_column(Float, nullable=False)
+    started_at = mapped_column(DateTime(timezone=True), nullable=False)
+    heartbeat_at = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class QueueLease(Base):
+    """Who leads a queue: ``leader`` until ``expires_at`` (renewed with the leader's heartbeats);
+    ``epoch`` grows on every change of leader and fences the writes of a stale one."""
+
+    __tablename__ = "queue_leases"
+    vhost: Mapped[str] = mapped_column(String, primary_key=True)
+    queue: Mapped[str] = mapped_column(String, primary_key=True)
+    leader: Mapped[str] = mapped_column(String, nullable=False)
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    expires_at = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class ClusterCounter(Base):
+    """Named counters of the cluster, e.g. ``definitions``: the version of the definitions."""
+
+    __tablename__ = "cluster_counters"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
 vhosts = VHost.__table__
 users = User.__table__
 permissions = Permission.__table__
@@ -192,3 +231,6 @@ policies = Policy.__table__
 vhost_limits = VHostLimit.__table__
 user_limits = UserLimit.__table__
 topic_permissions = TopicPermission.__table__
+cluster_nodes = ClusterNode.__table__
+queue_leases = QueueLease.__table__
+cluster_counters = ClusterCounter.__table__

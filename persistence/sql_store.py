@@ -9,7 +9,7 @@ This module holds the engine and transaction plumbing; the operations live by co
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, event
@@ -60,6 +60,8 @@ class SqlStore(SqlDefinitions, SqlMessages, SqlDelayed):
         self.url = url
         self._engine: Engine | None = None
         self.schema_revision: str | None = None  # the alembic revision, once open
+        # called first in every write transaction (a cluster node's lease check): raising aborts it
+        self.write_fence: Callable[[Connection], None] | None = None
         self._dialect = make_url(url).get_backend_name()
         if self._dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"unsupported database backend {self._dialect!r} (sqlite or postgresql)")
@@ -92,6 +94,8 @@ class SqlStore(SqlDefinitions, SqlMessages, SqlDelayed):
         with self.engine.connect() as conn:
             conn.execution_options(sqlite_begin="IMMEDIATE")
             with conn.begin():
+                if self.write_fence is not None:
+                    self.write_fence(conn)
                 yield conn
 
     @contextmanager

@@ -39,6 +39,7 @@ class AdminContext:
         self.amqp_server = amqp_server
         self.started_at = time.time()
         self.rates = Rates(sample_interval)
+        self.cluster: Any = None  # with --cluster: has ``name`` and ``async nodes()`` (every node)
 
     def sample(self) -> None:
         """Record counters and queue lengths (the admin server calls this every ``sample_interval`` s)."""

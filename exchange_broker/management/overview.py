@@ -93,6 +93,23 @@ def list_nodes(ctx: AdminContext) -> list[dict]:
     return [node_info(ctx, listeners(ctx))]
 
 
+def cluster_nodes(ctx: AdminContext, members: list[dict]) -> list[dict]:
+    """With --cluster: every node of the cluster (this one with its own figures), RabbitMQ's
+    ``name`` and ``running`` plus the membership fields: ``alive``, ``cluster_role``,
+    ``heartbeat_at``, ``seconds_since_heartbeat``, addresses and ``queues_led``."""
+    out = []
+    for m in members:
+        row = node_info(ctx, listeners(ctx)) if m["name"] == ctx.cluster.name else {"type": "disc"}
+        row.update({"name": m["name"], "running": m["alive"], "alive": m["alive"], "cluster_role": m["role"],
+                    "amqp_address": m["amqp_address"], "admin_address": m["admin_address"],
+                    "os_pid": str(m["pid"]), "host": m["host"], "incarnation": m["incarnation"],
+                    "started_at": m["started_at"], "heartbeat_at": m["heartbeat_at"],
+                    "seconds_since_heartbeat": m["seconds_since_heartbeat"],
+                    "failover_timeout": m["failover_timeout"], "queues_led": m["queues"]})
+        out.append(row)
+    return out
+
+
 def check_aliveness(ctx: AdminContext, vhost: str, who: Principal | None = None) -> dict:
     """Declare ``aliveness-test``, publish a message to it and read it back (RabbitMQ's check)."""
     broker = ctx.broker
@@ -126,6 +143,8 @@ async def whoami(who: Principal = Who):
 
 @router.get("/api/nodes")
 async def nodes(who: Principal = Who, ctx: AdminContext = Ctx):
+    if ctx.cluster is not None:
+        return cluster_nodes(ctx, await ctx.cluster.nodes())
     return list_nodes(ctx)
 
 

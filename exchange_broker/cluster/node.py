@@ -1,0 +1,256 @@
+"""This process as a node of the cluster: membership, heartbeats, the store lock and queue leases.
+
+Step one of the cluster (see the README's "Cluster" section): the nodes on one PostgreSQL store
+form an active/standby group. The store's lock (persistence/lock.py) still admits ONE serving
+node, so no queue is ever served by two processes:
+
+* every node registers in ``cluster_nodes`` and beats every ``--cluster-heartbeat`` seconds
+  (the database's clock decides who is alive: a beat within ``--cluster-failover-timeout``);
+* a node that finds the store locked is a *standby*: it beats and tries the lock each beat,
+  with no AMQP listener and no admin API;
+* a node that gets the lock takes the store's lease (``STORE_LEASE``: at once after a clean stop,
+  else once the last active node's lease ran out, a failover timeout after its last beat), fences
+  every write of its store with that lease's epoch (a stale node's writes fail), then restores the
+  store, listens, and takes a lease on every durable queue it serves (epoch + 1 on each change of
+  leader); its beats renew the leases;
+* an active node whose lock another node took, whose store lease has another leader, or whose
+  node row another incarnation took exits at once without another write (fail-stop, exit code 1):
+  a supervisor restarts it, as a standby. (A lock merely lost in a database outage is taken again
+  when the database answers; meanwhile the store lease fences the node's writes.)
+
+All store calls run on an executor thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+from persistence.cluster_store import STORE_LEASE, ClusterStore, Lease, NodeNameInUse, fence
+from persistence.lock import StoreInUse
+from sqlalchemy.exc import SQLAlchemyError
+
+log = logging.getLogger("exchange_broker.cluster")
+
+LEASES_PER_BEAT = 200  # queues whose lease is taken per heartbeat (a big store leases over a few beats)
+
+
+class ClusterStartError(Exception):
+    """The node cannot join (its name is in use by a live node, ...): one line."""
+
+
+class ClusterNode:
+    def __init__(self, store_url: str, name: str, heartbeat: float, failover_timeout: float) -> None:
+        self.name = name
+        self.heartbeat = heartbeat
+        self.failover_timeout = failover_timeout
+        self.store = ClusterStore(store_url, failover_timeout)
+        self.incarnation: int | None = None
+        self.role = "standby"
+        self.broker = None  # set once active: its durable queues get leases
+        self.lock = None  # the store lock, once held
+        self.leases: dict[tuple[str, str], Lease] = {}
+        self.store_lease: Lease | None = None  # once active: every write of the store is fenced by it
+        self.on_lost: Callable[[str], None] = lambda why: None  # fail-stop (the application exits)
+        self._task: asyncio.Task | None = None
+        self._standby_logged = False
+        self._waiting: set[tuple[str, str]] = set()  # queues whose lease another node still holds
+
+    async def _call(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    # -- joining: standby until the store lock is ours ----------------------------------------------
+    async def _register(self, role: str, amqp: str = "", admin: str = "") -> bool:
+        """Register (once); False while the schema is not there yet (a first node is migrating)."""
+        if self.incarnation is not None:
+            return True
+        try:
+            self.incarnation = await self._call(
+                lambda: self.store.register(self.name, role=role, amqp_address=amqp, admin_address=admin))
+        except NodeNameInUse as exc:
+            raise ClusterStartError(str(exc)) from None
+        except SQLAlchemyError as exc:  # e.g. no "cluster_nodes" yet (a first node is migrating)
+            log.debug("cluster: cannot register yet: %s", exc)
+            return False
+        self.role = role
+        log.info("cluster: node '%s' joined (incarnation %d) as %s", self.name, self.incarnation, role)
+        return True
+
+    async def acquire_store(self, lock, should_exit: asyncio.Event) -> bool:
+        """Stand by until ``lock`` (the store's) is ours: True, or False when asked to exit."""
+        while True:
+            try:
+                await self._call(lock.acquire)
+                self.lock = lock
+                return True
+            except StoreInUse as exc:
+                holder = str(exc).replace("; stop it first", "")
+            except SQLAlchemyError as exc:
+                holder = f"the database is unreachable: {' '.join(str(exc).split())[:200]}"
+            if await self._register("standby") and self.incarnation is not None:
+                await self._beat_quietly()
+            if not self._standby_logged:
+                self._standby_logged = True
+                log.info("cluster: node '%s' is standing by (%s)", self.name, holder)
+            try:
+                await asyncio.wait_for(should_exit.wait(), self.heartbeat)
+                return False
+            except asyncio.TimeoutError:
+                pass
+
+    async def become_active(self, sql_store, should_exit: asyncio.Event) -> bool:
+        """With the lock held: take the store's lease (it is free, or once the last active node's
+        lease has run out: a failover timeout after its last beat), fence every write of
+        ``sql_store`` with its epoch, and be the active node. False when asked to exit meanwhile."""
+        while not await self._register("active"):
+            if await self._wait(should_exit):
+                return False
+        announced = False
+        while True:
+            lease = await self._call(self.store.take_lease, *STORE_LEASE, self.name)
+            if lease is not None:
+                break
+            if not announced:
+                announced = True
+                held = await self._call(self.store.lease_of, *STORE_LEASE)
+                log.warning("cluster: waiting until the lease of '%s', the last active node, runs out (%.1f s "
+                            "after its last heartbeat) before serving", held.leader if held else "?",
+                            self.failover_timeout)
+            await self._beat_quietly()
+            if await self._wait(should_exit):
+                return False
+        self.store_lease = lease
+        sql_store.write_fence = lambda conn: fence(conn, lease)  # a stale node's writes fail
+        await self._call(lambda: self.store.update_node(self.name, self.incarnation, role="active"))
+        self.role = "active"
+        log.info("cluster: node '%s' is active (store lease epoch %d)", self.name, lease.epoch)
+        return True
+
+    async def _wait(self, should_exit: asyncio.Event) -> bool:
+        try:
+            await asyncio.wait_for(should_exit.wait(), self.heartbeat)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def serving(self, broker, amqp_address: str, admin_address: str) -> None:
+        """The node serves ``broker`` on these addresses: publish them, lease its queues, beat."""
+        self.broker = broker
+        await self._call(lambda: self.store.update_node(self.name, self.incarnation, amqp_address=amqp_address,
+                                                        admin_address=admin_address))
+        await self._sync_leases()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="cluster-heartbeat")
+
+    # -- the heartbeat ------------------------------------------------------------------------------
+    async def _beat_quietly(self) -> bool:
+        try:
+            return await self._call(self.store.heartbeat, self.name, self.incarnation)
+        except SQLAlchemyError as exc:
+            log.warning("cluster: heartbeat failed: %s", " ".join(str(exc).split())[:300])
+            return True  # unknown: the lock check decides
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - one bad beat must not end the heartbeat
+                log.exception("cluster: heartbeat failed")
+
+    async def tick(self) -> None:
+        """One beat of an active node: the lock first (a node without it must not even beat), then
+        the heartbeat (which renews the leases), then leases for queues declared or deleted since."""
+        if self.lock is not None:
+            await self._call(self.lock.check)  # takes it again after a database outage, if it can
+            if getattr(self.lock, "state", "held") == "taken":  # "lost": unreachable; the lease fences
+                self._lose("another node holds the store lock now")
+                return
+        if not await self._beat_quietly():
+            self._lose(f"another incarnation of node '{self.name}' has registered")
+            return
+        if self.store_lease is not None and not await self._renew_store_lease():
+            self._lose(f"the store's lease (epoch {self.store_lease.epoch}) has another leader now")
+            return
+        await self._sync_leases()
+
+    async def _renew_store_lease(self) -> bool:
+        try:
+            return await self._call(self.store.renew_lease, self.store_lease)
+        except SQLAlchemyError as exc:
+            log.warning("cluster: renewing the store's lease failed: %s", " ".join(str(exc).split())[:300])
+            return True  # unknown: fenced writes and the lock check decide
+
+    def _lose(self, why: str) -> None:
+        log.error("cluster: node '%s' stops serving: %s", self.name, why)
+        self.role = "lost"
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+        self.on_lost(why)
+
+    def durable_queues(self) -> set[tuple[str, str]]:
+        out = set()
+        for vh in list(self.broker.vhosts.values()):
+            for q in list(vh.queues.values()):
+                if q.durable and not q.exclusive:
+                    out.add((vh.name, q.name))
+        return out
+
+    async def _sync_leases(self) -> None:
+        if self.broker is None:
+            return
+        served = self.durable_queues()
+        to_take = [key for key in served if key not in self.leases][:LEASES_PER_BEAT]
+        gone = [key for key in self.leases if key not in served]
+        if not to_take and not gone:
+            return
+        try:
+            taken, refused = await self._call(self._take_and_forget, to_take, gone)
+        except SQLAlchemyError as exc:
+            log.warning("cluster: updating queue leases failed: %s", " ".join(str(exc).split())[:300])
+            return
+        for key in gone:
+            self.leases.pop(key, None)
+        self.leases.update(taken)
+        self._waiting.difference_update(taken)
+        for key, leader in refused:
+            if key in self._waiting:
+                continue
+            self._waiting.add(key)
+            log.info("cluster: queue '%s' in vhost '%s' is still leased by '%s'; taking it once that lease "
+                     "runs out", key[1], key[0], leader)
+
+    def _take_and_forget(self, to_take, gone):
+        taken, refused = {}, []
+        for vhost, queue in gone:
+            self.store.forget_lease(vhost, queue)
+        for vhost, queue in to_take:
+            lease = self.store.take_lease(vhost, queue, self.name)
+            if lease is None:
+                held = self.store.lease_of(vhost, queue)
+                refused.append(((vhost, queue), held.leader if held else "?"))
+            else:
+                taken[(vhost, queue)] = lease
+        return taken, refused
+
+    # -- views and the end --------------------------------------------------------------------------
+    async def nodes(self) -> list[dict]:
+        """Every node of the cluster (persistence.cluster_store.ClusterStore.nodes)."""
+        return await self._call(self.store.nodes)
+
+    async def stop(self) -> None:
+        """A clean stop: no more beats; the node's row goes and its leases end now."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        if self.incarnation is not None and self.role != "lost":
+            try:
+                await self._call(self.store.deregister, self.name, self.incarnation)
+            except SQLAlchemyError as exc:
+                log.warning("cluster: could not leave the cluster cleanly: %s", " ".join(str(exc).split())[:300])
+        await self._call(self.store.close)

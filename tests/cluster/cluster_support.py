@@ -1,0 +1,79 @@
+"""Cluster nodes as real ``exchange-broker serve --cluster`` processes on one throwaway
+PostgreSQL database (fixtures in tests/cluster/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from persistence.cluster_store import ClusterStore
+from eb_support import REPO, SubprocessBroker, free_port, subprocess_env, wait_until
+
+HEARTBEAT = "0.2"  # seconds: short beats and timeout keep the tests quick
+FAILOVER_TIMEOUT = "1.5"
+
+
+class NodeProcess(SubprocessBroker):
+    """One node. ``start_node()`` returns once it is active (its port file is written) or
+    standing by (its log says so); ``port`` is known once it is active."""
+
+    def __init__(self, workdir: Path, url: str, name: str, *extra: str) -> None:
+        self.name = name
+        self.admin_port = free_port()
+        super().__init__(workdir, ["--cluster", "--database-url", url, "--node-name", name,
+                                   "--cluster-heartbeat", HEARTBEAT, "--cluster-failover-timeout", FAILOVER_TIMEOUT,
+                                   "--admin-port", str(self.admin_port), "--admin-host", "127.0.0.1", *extra])
+        self.port_file: Path | None = None
+
+    def start_node(self, timeout: float = 30.0) -> "NodeProcess":
+        assert not self.alive()
+        n = next(self._ids)
+        self.port_file = self.workdir / f"port-{self.name}-{n}"
+        self.log_path = self.workdir / f"node-{self.name}-{n}.log"
+        self.port = 0
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.command(self.port_file), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=log, cwd=str(REPO),
+                                         env=subprocess_env(self.env), start_new_session=True)
+        ready = wait_until(lambda: self.proc.poll() is not None or self.is_active() or "is standing by" in self.log(),
+                           timeout=timeout, interval=0.05)
+        if not ready or self.proc.poll() is not None:
+            raise RuntimeError(f"node {self.name} did not start (exit {self.proc.poll()}):\n{self.log()[-4000:]}")
+        return self
+
+    def is_active(self) -> bool:
+        """Active (serving): its port file is written; ``port`` is set then."""
+        try:
+            written = self.port_file.read_text().strip()
+        except FileNotFoundError:
+            return False
+        if written:
+            self.port = int(written)
+        return bool(written)
+
+
+def cluster_status(url: str) -> dict[str, dict]:
+    """``exchange-broker cluster status --json``, by node name."""
+    out = subprocess.run([sys.executable, "-m", "exchange_broker", "cluster", "status", "--database-url", url,
+                          "--json"], capture_output=True, text=True, timeout=60, cwd=str(REPO),
+                         env=subprocess_env())
+    assert out.returncode == 0, out.stderr
+    return {n["name"]: n for n in json.loads(out.stdout)}
+
+
+def wait_for_status(url: str, predicate, timeout: float = 20.0) -> dict[str, dict]:
+    """Poll the cluster tables (in this process: the same query as ``cluster status``) until
+    ``predicate(nodes)`` holds; returns the last view, by node name (assert on it)."""
+    store = ClusterStore(url)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = {n["name"]: n for n in store.nodes()}
+            if predicate(nodes) or time.monotonic() > deadline:
+                return nodes
+            time.sleep(0.05)
+    finally:
+        store.close()

@@ -1,0 +1,37 @@
+"""Fixtures: ``nodes`` starts cluster nodes as real processes on one throwaway PostgreSQL
+database (``pg_database``) and kills them all at teardown, printing their logs."""
+
+from __future__ import annotations
+
+import signal
+from typing import Callable, Iterator
+
+import pytest
+from cluster_support import NodeProcess
+
+
+@pytest.fixture
+def cluster_url(pg_database) -> str:
+    return pg_database[1]
+
+
+@pytest.fixture
+def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
+    """nodes(name, *extra_args) -> a started NodeProcess (active or standing by)."""
+    started: list[NodeProcess] = []
+
+    def start(name: str, *extra: str) -> NodeProcess:
+        node = NodeProcess(workdir, cluster_url, name, *extra)
+        started.append(node)
+        return node.start_node()
+
+    try:
+        yield start
+    finally:
+        for node in started:
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGCONT)  # SIGCONT: a paused node must be able to die
+            node.kill()
+        for node in started:
+            print(f"----- node {node.name} (exit {node.proc.returncode if node.proc else None}) -----")
+            print(node.log()[-6000:])
