@@ -386,3 +386,15 @@ class Connection(asyncio.Protocol):
             if not self.transport.is_closing():
                 self.transport.close()
 
+
+
+def run_loop(coro, no_uvloop: bool = False):
+    """Run ``coro`` to completion on uvloop when it is installed (and not refused), else on
+    asyncio's default loop."""
+    if not no_uvloop:
+        try:
+            import uvloop
+            return uvloop.run(coro)
+        except ImportError:
+            pass
+    return asyncio.run(coro)
