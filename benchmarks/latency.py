@@ -36,22 +36,13 @@ from pamqp import commands  # noqa: E402
 
 from loadgen import standalone  # noqa: E402
 from loadgen.client import AMQPError, Connection  # noqa: E402
-from loadgen.report import Metric, latency_summary  # noqa: E402
+from loadgen.report import latency_summary  # noqa: E402
+from loadgen.rows import LATENCY  # noqa: E402
 from loadgen.wire import body_offset, encode_publish, server_name  # noqa: E402
 
 _STAMP = struct.Struct(">QQ")  # sequence number, send time (perf_counter_ns)
 
-METRICS = [
-    Metric("publish_rate", "steady publish msg/s (target --rate)", ratio=False),
-    Metric("confirm_p50_ms", "publish->confirm p50 ms", False, ".3f"),
-    Metric("confirm_p99_ms", "publish->confirm p99 ms", False, ".3f"),
-    Metric("deliver_p50_ms", "publish->deliver p50 ms", False, ".3f"),
-    Metric("deliver_p99_ms", "publish->deliver p99 ms", False, ".3f"),
-    Metric("all_delivered", "steady: all delivered once", ratio=False),
-    Metric("sync_per_s", "sync confirm msg/s"),
-    Metric("sync_p50_ms", "sync confirm round trip p50 ms", False, ".3f"),
-    Metric("sync_p99_ms", "sync confirm round trip p99 ms", False, ".3f"),
-]
+METRICS = list(LATENCY)
 
 
 class TimedProducer(Connection):

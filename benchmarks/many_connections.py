@@ -37,18 +37,12 @@ from loadgen import standalone  # noqa: E402
 from loadgen.client import AMQPError, Connection  # noqa: E402
 from loadgen.procs import (cpu_seconds, find_rabbit_pid, open_files_limit,  # noqa: E402
                            raise_nofile, safe_connections)
-from loadgen.report import Metric  # noqa: E402
+from loadgen.rows import CONNECTIONS  # noqa: E402
 from loadgen.wire import encode_publish, server_name  # noqa: E402
 
 TICK = 0.01  # seconds between publishing rounds; each round serves 1/GROUPS of the connections
 
-METRICS = [
-    Metric("connections_open", "connections open", ratio=False),
-    Metric("delivered_per_s", "delivered msg/s in the window", ratio=False),
-    Metric("cpu_per_1000", "broker CPU s per 1,000 msgs", False, ".4f"),
-    Metric("cpu_share", "broker CPU, share of one core", False, ".2f", ratio=False),
-    Metric("all_delivered", "all delivered", ratio=False),
-]
+METRICS = list(CONNECTIONS)
 
 
 class _Skipped(Exception):

@@ -34,16 +34,10 @@ from loadgen import standalone  # noqa: E402
 from loadgen.client import AMQPError, Connection  # noqa: E402
 from loadgen.procs import rss_bytes  # noqa: E402
 from loadgen.publisher import Publisher  # noqa: E402
-from loadgen.report import Metric  # noqa: E402
+from loadgen.rows import MEMORY  # noqa: E402
 from loadgen.wire import encode_publish, server_name  # noqa: E402
 
-METRICS = [
-    Metric("queued", "messages queued (confirmed, counted)", ratio=False),
-    Metric("rss_before_mib", "broker RSS before, MiB", False, ",.1f", ratio=False),
-    Metric("rss_after_mib", "broker RSS with the queue, MiB", False, ",.1f", ratio=False),
-    Metric("bytes_per_message", "RSS growth per queued message, bytes", False),
-    Metric("publish_per_s", "publish msg/s (confirmed)", ratio=False),
-]
+METRICS = list(MEMORY)
 
 
 async def _confirmed(prod: Connection, count: int, stall: float) -> None:
