@@ -55,10 +55,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loadgen.brokers import (PG_ADMIN_URL, STORE_FLAGS, BrokerFailed, OurBroker,  # noqa: E402
                              ThrowawayDatabase, port_open)
 from loadgen.procs import find_rabbit_pid, safe_connections  # noqa: E402
-from loadgen.report import median_result, print_table, rows_for  # noqa: E402
+from loadgen.report import Metric, median_result, print_table, rows_for  # noqa: E402
 from loadgen.rows import ALIASES, ALL, SCENARIOS, Scenario, tool_args  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+VERIFY = Metric("verify_ok", "--verify: every message once, in order", ratio=False)
 
 
 def run_tool(sc: Scenario, host: str, port: int, pid: int, opts, user: str,
@@ -284,7 +285,10 @@ def main(argv=None) -> int:
                 rabbit_up and (rabbit_pid or not sc.needs_pid))
             labels.append(f"{name:<19} {sc.label}"
                           + (f" (ours: {store})" if name.startswith("persistent") else ""))
-            rows += rows_for(name, list(sc.metrics), ours, rabbit)
+            metrics = list(sc.metrics)
+            if "--verify" in opts.load_arg and sc.tool == "amqp_load.py":
+                metrics.append(VERIFY)
+            rows += rows_for(name, metrics, ours, rabbit)
             results[name] = {"ours": ours, "rabbitmq": rabbit}
             for who, r in (("ours", ours), ("RabbitMQ", rabbit)):
                 if r and r.get("warning"):

@@ -61,7 +61,8 @@ async def _confirmed(prod: Connection, count: int, stall: float) -> None:
 async def measure(host: str, port: int, pid: int, opts) -> dict:
     queue = f"memory-bench-{uuid.uuid4().hex[:10]}"
     prod = Connection("memory-producer")
-    result: dict = {"host": host, "port": port, "pid": pid, "messages": opts.messages,
+    result: dict = {"host": host, "port": port, "pid": pid, "queue": queue,
+                    "messages": opts.messages,
                     "size": opts.size, "rss_source": f"/proc/{pid}/status VmRSS"}
     declared = False
     loop = asyncio.get_running_loop()
