@@ -269,7 +269,13 @@ def main(argv=None) -> int:
     db = None
     try:
         if "persistent-pg" in names and not opts.skip_ours:
-            db = ThrowawayDatabase(opts.postgres_admin_url)
+            try:
+                db = ThrowawayDatabase(opts.postgres_admin_url)
+            except Exception as exc:  # noqa: BLE001 - any driver error: one line, no traceback
+                print(f"error: cannot create a database on PostgreSQL at "
+                      f"{opts.postgres_admin_url}: {str(exc).strip().splitlines()[0]}",
+                      file=sys.stderr)
+                return 2
             print(f"PostgreSQL: throwaway database {db.name}", file=sys.stderr)
         for name in names:
             sc = SCENARIOS[name]
