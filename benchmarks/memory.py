@@ -8,7 +8,8 @@
    1,000,000 x 1 KiB) with publisher confirms (at most ``--max-unconfirmed`` in flight) and no
    consumer; wait for the last confirm, check the queue holds them all (queue.declare passive),
    wait ``--settle`` seconds and read RSS again;
-3. purge and delete the queue.
+3. purge and delete the queue (also when the broker blocks publishers with a resource alarm:
+   the run stops at once with an error, so a shared RabbitMQ is not left blocked).
 
 Reported: RSS before and after, and (after - before) / messages in bytes per message. The ratio
 is RabbitMQ's bytes per message / ours (>= 1.00: this broker uses no more). RabbitMQ's figure
@@ -40,11 +41,37 @@ from loadgen.wire import encode_publish, server_name  # noqa: E402
 METRICS = list(MEMORY)
 
 
+def _check(prod: Connection) -> None:
+    if prod.error is not None:
+        raise prod.error
+    if prod.blocked:  # give the memory back at once (the queue is deleted on the way out)
+        raise AMQPError("the broker blocked publishers (connection.blocked: a resource alarm); "
+                        "use fewer --messages")
+
+
+async def _publish(pub: Publisher, prod: Connection, stall: float) -> None:
+    task = asyncio.ensure_future(pub.run())
+    loop = asyncio.get_running_loop()
+    last, since = -1, loop.time()
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.5)
+            _check(prod)
+            if pub.published != last:
+                last, since = pub.published, loop.time()
+            elif loop.time() - since > stall:
+                raise AMQPError(f"publishing stalled at {last:,} for {stall:.0f} s")
+        task.result()
+    finally:
+        pub.stopped = True
+        if not task.done():
+            task.cancel()
+
+
 async def _confirmed(prod: Connection, count: int, stall: float) -> None:
     last, ticks = -1, 0
     while prod.confirmed + prod.nacked < count:
-        if prod.error is not None:
-            raise prod.error
+        _check(prod)
         prod.confirm_event.clear()
         try:
             await asyncio.wait_for(prod.confirm_event.wait(), 1.0)
@@ -56,6 +83,20 @@ async def _confirmed(prod: Connection, count: int, stall: float) -> None:
         if ticks >= stall:
             why = " (the broker blocked publishers: resource alarm)" if prod.blocked else ""
             raise AMQPError(f"confirms stalled at {done:,}/{count:,}{why}")
+
+
+async def _delete_queue(host: str, port: int, queue: str, opts) -> None:
+    conn = Connection("memory-cleanup")
+    try:
+        await conn.open(host, port, opts.user, opts.password, opts.vhost, 0, 10.0)
+        await conn.rpc(commands.Queue.Delete(queue=queue), "Queue.DeleteOk", timeout=300)
+    except Exception as exc:  # noqa: BLE001
+        print(f"warning: queue.delete of {queue} failed: {exc}", file=sys.stderr)
+    finally:
+        try:
+            await conn.close()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 async def measure(host: str, port: int, pid: int, opts) -> dict:
@@ -79,7 +120,7 @@ async def measure(host: str, port: int, pid: int, opts) -> dict:
         pub = Publisher(prod, message, max(1, min(256, (256 * 1024) // len(message))),
                         window=opts.max_unconfirmed, limit=opts.messages)
         t0 = loop.time()
-        await pub.run()
+        await _publish(pub, prod, opts.stall_timeout)
         await _confirmed(prod, opts.messages, opts.stall_timeout)
         took = loop.time() - t0
         if prod.nacked:
@@ -96,16 +137,19 @@ async def measure(host: str, port: int, pid: int, opts) -> dict:
         })
         await prod.rpc(commands.Queue.Purge(queue=queue), "Queue.PurgeOk", timeout=300)
     finally:
-        if declared and prod.error is None:
+        if declared and prod.error is None and not prod.blocked:
             try:
                 await prod.rpc(commands.Queue.Delete(queue=queue), "Queue.DeleteOk",
                                timeout=300)
+                declared = False
             except Exception as exc:  # noqa: BLE001
                 print(f"warning: queue.delete failed: {exc}", file=sys.stderr)
         try:
-            await prod.close()
+            await prod.close(2.0)
         except Exception:  # noqa: BLE001
             pass
+        if declared:  # a blocked (or failed) producer: delete from a connection of its own
+            await _delete_queue(host, port, queue, opts)
     if not result.get("all_queued", True):
         raise AMQPError(f"the queue holds {result['queued']:,} messages, "
                         f"expected {opts.messages:,}")
@@ -123,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settle", type=float, default=2.0,
                    help="seconds to wait before each RSS reading (default 2)")
     p.add_argument("--stall-timeout", type=float, default=60.0,
-                   help="give up after this many seconds without a confirm (default 60)")
+                   help="give up after this many seconds without progress (default 60)")
     standalone.add_target_args(p)
     return p
 

@@ -350,7 +350,8 @@ class Connection(asyncio.Protocol):
                 "capabilities": {"publisher_confirms": True,
                                  "basic.nack": True,
                                  "consumer_cancel_notify": True,
-                                 "authentication_failure_close": True},
+                                 "authentication_failure_close": True,
+                                 "connection.blocked": True},
             },
             mechanism="PLAIN", response=f"\0{user}\0{password}", locale="en_US"))
         try:

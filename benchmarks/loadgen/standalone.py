@@ -51,6 +51,14 @@ def _measure(measure, host, port, pid, opts) -> dict:
 
 def run(opts, measure, metrics: list[Metric], scenario: str, needs_pid: bool = False) -> int:
     """Parse-free driver: ``measure(host, port, pid, opts)`` is the tool's coroutine."""
+    try:
+        return _run(opts, measure, metrics, scenario, needs_pid)
+    except KeyboardInterrupt:  # our broker is stopped on the way out
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(opts, measure, metrics, scenario, needs_pid) -> int:
     if opts.port:
         pid = opts.pid or (find_rabbit_pid(opts.port) if needs_pid else 0)
         if needs_pid and not pid:
