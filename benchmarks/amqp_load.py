@@ -51,7 +51,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # re-exported: the other benchmarks import the client from here
-from loadgen.client import AMQPError, Connection  # noqa: E402,F401
+from loadgen.client import AMQPError, Connection, run_loop  # noqa: E402,F401
 from loadgen.publisher import Publisher  # noqa: E402,F401
 from loadgen.scenarios import ALIASES, SCENARIOS, run  # noqa: E402
 from loadgen.wire import (DEFAULT_FRAME_MAX, FRAME_BODY, FRAME_END, FRAME_HEADER,  # noqa: E402,F401
@@ -165,15 +165,8 @@ def main(argv=None) -> int:
     if opts.batch < 1 or opts.max_unconfirmed < 1:
         print("--batch and --max-unconfirmed must be >= 1", file=sys.stderr)
         return 2
-    runner = asyncio.run
-    if not opts.no_uvloop:
-        try:
-            import uvloop  # noqa: PLC0415
-            runner = uvloop.run
-        except ImportError:
-            pass
     try:
-        result = runner(run(opts))
+        result = run_loop(run(opts), opts.no_uvloop)
     except (AMQPError, OSError, asyncio.TimeoutError) as exc:
         msg = str(exc) or type(exc).__name__
         if opts.json:

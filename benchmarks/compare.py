@@ -69,17 +69,30 @@ def run_tool(sc: Scenario, host: str, port: int, pid: int, opts, user: str,
            "--user", user, "--password", password, "--json", *tool_args(sc, opts)]
     if pid and sc.tool != "amqp_load.py":
         cmd += ["--pid", str(pid)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
-        out = subprocess.run(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                             timeout=_timeout(sc, opts))
-    except subprocess.TimeoutExpired as exc:
+        stdout, _ = proc.communicate(timeout=_timeout(sc, opts))
+    except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
+        _interrupt(proc)  # SIGINT first: the tool deletes its queues on the way out
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         return {"error": f"{sc.tool} timed out after {exc.timeout:.0f} s"}
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if not lines:
-        return {"error": f"{sc.tool} exited {out.returncode} without a result"}
+        return {"error": f"{sc.tool} exited {proc.returncode} without a result"}
     result = json.loads(lines[-1])
-    result["exit_code"] = out.returncode
+    result["exit_code"] = proc.returncode
     return result
+
+
+def _interrupt(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
 
 
 def _timeout(sc: Scenario, opts) -> float:

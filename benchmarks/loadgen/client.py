@@ -8,6 +8,8 @@ bytearray; the handshake and rare methods go through pamqp. Subclasses hook the 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 
 from pamqp import commands
@@ -391,11 +393,17 @@ class Connection(asyncio.Protocol):
 
 def run_loop(coro, no_uvloop: bool = False):
     """Run ``coro`` to completion on uvloop when it is installed (and not refused), else on
-    asyncio's default loop."""
+    asyncio's default loop. SIGTERM is handled like Ctrl-C meanwhile: the main task is
+    cancelled, so its ``finally`` blocks still delete queues and close connections."""
+    runner = asyncio.run
     if not no_uvloop:
         try:
             import uvloop
-            return uvloop.run(coro)
+            runner = uvloop.run
         except ImportError:
             pass
-    return asyncio.run(coro)
+    previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    try:
+        return runner(coro)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
