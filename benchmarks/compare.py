@@ -161,9 +161,7 @@ def measure_scenario(sc: Scenario, opts, passthrough, pg_url, rabbit_pid, rabbit
                 if "error" in r or (broker.proc and broker.proc.poll() is not None):
                     r.setdefault("error", "broker exited during the run")
                     print(f"--- broker log tail ---\n{broker.log_tail()}", file=sys.stderr)
-            except BrokerFailed as exc:
-                r = {"error": str(exc)}
-            finally:
+            finally:  # a BrokerFailed (it did not start) ends the whole run in main()
                 broker.stop()
             ours_runs.append(r)
             print(f"[ours] {sc.name} run {i + 1}/{opts.runs}: {_summary(r, sc)}",
@@ -327,6 +325,9 @@ def main(argv=None) -> int:
             print(f"warning: {w}")
         if opts.json:
             print(json.dumps(results, separators=(",", ":")))
+    except BrokerFailed as exc:
+        print(f"error: our broker did not start: {exc}", file=sys.stderr)
+        rc = 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         rc = 130

@@ -58,7 +58,8 @@ def tail(path: str, lines: int = 40) -> str:
 class OurBroker:
     """This project's broker as a child process in its own process group.
 
-    ``cmd`` (default ``python -m exchange_broker serve``) gets ``--host 127.0.0.1 --port 0
+    ``cmd`` (default ``python -m exchange_broker serve`` with this checkout first on
+    PYTHONPATH; a given ``cmd`` runs with the environment as it is) gets ``--host 127.0.0.1 --port 0
     --port-file F --admin-port 0`` and, unless ``extra`` names a store, ``--data-dir`` in a new
     temporary directory. A command containing ``{port}`` is a complete template instead: a free
     port is substituted and nothing is appended. ``{host}``, ``{port}`` and ``{tmpdir}`` are
@@ -71,6 +72,7 @@ class OurBroker:
         self.host = host
         self.tmpdir = tempfile.mkdtemp(prefix="exchange-broker-bench-")
         self.log_path = log_path or os.path.join(self.tmpdir, "broker.log")
+        self.default_cmd = not cmd
         base = list(cmd) if cmd else default_broker_cmd()
         self.template = any("{port}" in part for part in base)
         self.port = free_port(host) if self.template else 0
@@ -96,7 +98,8 @@ class OurBroker:
     def start(self, timeout: float = 60.0) -> "OurBroker":
         raise_nofile()  # many-connection runs: the broker inherits the raised limit
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
+        if self.default_cmd:  # this checkout's broker; a --broker-cmd decides for itself
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,

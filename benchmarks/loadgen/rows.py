@@ -69,10 +69,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         ("stream_count", "size")),
     Scenario("latency", "latency.py", (), LATENCY, "latency at a steady rate",
              ("seconds", "warmup", "size", "vhost", "rate", "sync_seconds")),
-    Scenario("memory", "memory.py", (), MEMORY, "memory, 1 KiB persistent, no consumer",
+    Scenario("memory", "memory.py", (), MEMORY,
+             "1 KiB persistent, no consumer; VmRSS from /proc of our broker / of beam.smp",
              ("messages", "vhost"), needs_pid=True),
     Scenario("connections", "many_connections.py", (), CONNECTIONS,
-             "many connections, 10 msg/s each", ("connections", "seconds", "vhost"),
+             "10 msg/s per connection; utime+stime from /proc of our broker / of "
+             "beam.smp", ("connections", "seconds", "vhost"),
              needs_pid=True),
 )}
 ALIASES = {"confirms": "persistent"}

@@ -183,4 +183,5 @@ def test_verify_reports_a_duplicate_and_a_gap():
 
     c = asyncio.run(feed())
     assert c.deliveries == 4 and c.v_completed == 4
-    assert c.v_errors == ["delivery #3: sequence 2, expected 3", "delivery #4: sequence 4, expected 3"]
+    assert c.v_errors == ["delivery #3: sequence 2, expected 3",
+                          "delivery #4: sequence 4, expected 3"]
