@@ -1,34 +1,44 @@
 #!/usr/bin/env python3
-"""Benchmark this project's broker against RabbitMQ with amqp_load.py.
+"""This project's broker against RabbitMQ, same run, same client: every scenario of issue 14.
 
-1. starts ``exchange-broker serve --host 127.0.0.1 --port P --admin-port 0``
-   (plus any --broker-arg / arguments after ``--``) on a free port, in its
-   own process group, with its output going to a log file;
-   By default it gets ``--data-dir <tmpdir>/data`` and runs in <tmpdir>,
-   a temporary directory removed at the end;
-2. waits until the port accepts connections, runs the chosen scenario(s)
-   with amqp_load.py (as a separate process), then stops the broker;
-3. runs the same scenario(s) against RabbitMQ at 127.0.0.1:5672 when it is
-   reachable (otherwise says so and skips it);
-4. prints a table: broker, msgs/s, ratio ours/RabbitMQ.
+For each scenario and each of ``--runs`` runs:
 
-The broker is always terminated at the end, also on errors and Ctrl-C.
+1. start ``python -m exchange_broker serve`` (or ``--broker-cmd``) on an ephemeral port with a
+   fresh temporary ``--data-dir`` (SQLite, synchronous FULL by default), in its own process
+   group, plus any ``--broker-arg`` / arguments after ``--``;
+2. run the scenario's tool against it as a separate process (``--port P --pid PID --json``),
+   then stop the broker;
+3. run the same tool against RabbitMQ at ``--rabbit-host:--rabbit-port`` (skipped with a
+   message when unreachable; its Erlang VM, beam.smp, is found with pgrep for /proc readings).
+
+Then it prints one table: each scenario's figures for both brokers (medians over the runs) and
+the ratio, which reads the same way in every row: >= 1.00 means this broker is as good as
+RabbitMQ or better (ours / RabbitMQ for rates; RabbitMQ / ours for latency, memory and CPU).
+
+Scenarios (``all`` = every one but persistent-pg, which ``--postgres`` adds):
+
+  transient           (a) 1 producer, 1 auto-ack consumer, transient 100 B     amqp_load.py
+  transient-confirms  (b) the same with confirms (<=500 in flight), manual ack
+                      multiple every 50, prefetch 200                          amqp_load.py
+  persistent          (c) delivery_mode 2 on a durable queue, same confirms and
+                      acks; ours on SQLite synchronous FULL (alias: confirms)   amqp_load.py
+  persistent-pg       (c) again, ours on a throwaway PostgreSQL database        amqp_load.py
+  fanout              (d) fanout to 4 queues, 4 auto-ack consumers, deliveries/s amqp_load.py
+  stream              (e) stream: publish with confirms (10,000 in flight), read
+                      by 2 consumers                                           stream_bench.py
+  latency             publish->confirm and publish->deliver p50/p99 at a steady
+                      10,000 msg/s, synchronous confirm round trip             latency.py
+  memory              RSS per queued 1 KiB persistent message (1,000,000)      memory.py
+  connections         1,000 connections x 10 msg/s: broker CPU per 1,000 msgs many_connections.py
 
 Examples::
 
-    python benchmarks/compare.py --scenario transient
-    python benchmarks/compare.py --scenario all --seconds 10
-    python benchmarks/compare.py --scenario confirms -- --sqlite-synchronous NORMAL
-    python benchmarks/compare.py --scenario confirms \\
-        --broker-arg=--database-url --broker-arg=sqlite:///{tmpdir}/broker.db
-    python benchmarks/compare.py -- --log-level warning   # extra broker args
-
-``--broker-cmd`` replaces the command (default: ``exchange-broker serve``,
-or ``python -c 'from exchange_broker.cli import main...' serve`` from the
-repository when the script is not installed).  If the command contains
-``{port}`` it is used as a complete template and no --host/--port/
---admin-port flags are appended; ``{host}``, ``{port}`` and ``{tmpdir}`` are
-substituted in the command and in every broker argument.
+    python benchmarks/compare.py --scenario all                       # the issue's table
+    python benchmarks/compare.py --scenario all --seconds 3 --runs 1 --stream-count 100000 \\
+        --messages 50000 --connections 200                           # a quick pass
+    python benchmarks/compare.py --scenario persistent --postgres    # + the same on PostgreSQL
+    python benchmarks/compare.py --scenario transient,fanout --load-arg=--verify
+    python benchmarks/compare.py --scenario persistent -- --sqlite-synchronous NORMAL
 """
 from __future__ import annotations
 
@@ -36,249 +46,209 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import signal
-import socket
-import statistics
 import subprocess
 import sys
-import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from loadgen.brokers import (PG_ADMIN_URL, STORE_FLAGS, BrokerFailed, OurBroker,  # noqa: E402
+                             ThrowawayDatabase, port_open)
+from loadgen.procs import find_rabbit_pid, safe_connections  # noqa: E402
+from loadgen.report import Metric, median_result, print_table, rows_for  # noqa: E402
+from loadgen.rows import ALIASES, ALL, SCENARIOS, Scenario, tool_args  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-LOAD = os.path.join(HERE, "amqp_load.py")
-SCENARIOS = ("transient", "confirms")
-STORE_FLAGS = ("--data-dir", "--database-url", "--in-memory")
+VERIFY = Metric("verify_ok", "--verify: every message once, in order", ratio=False)
 
 
-class BrokerFailed(RuntimeError):
-    pass
-
-
-# --------------------------------------------------------------------------
-# helpers
-# --------------------------------------------------------------------------
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+def run_tool(sc: Scenario, host: str, port: int, pid: int, opts, user: str,
+             password: str) -> dict:
+    """One run of the scenario's tool against one broker; its JSON result (or an error)."""
+    cmd = [sys.executable, os.path.join(HERE, sc.tool), "--host", host, "--port", str(port),
+           "--user", user, "--password", password, "--json", *tool_args(sc, opts)]
+    if pid and sc.tool != "amqp_load.py":
+        cmd += ["--pid", str(pid)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def default_broker_cmd() -> list[str]:
-    exe = shutil.which("exchange-broker")
-    if exe:
-        return [exe, "serve"]
-    return [sys.executable, "-c",
-            "import sys; from exchange_broker.cli import main; sys.exit(main())",
-            "serve"]
-
-
-def tail(path: str, lines: int = 40) -> str:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()[-16384:]
-        return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-class Broker:
-    """Our broker as a subprocess in its own process group."""
-
-    def __init__(self, cmd: list[str], host: str, port: int, log_path: str, cwd: str):
-        self.cmd, self.host, self.port = cmd, host, port
-        self.log_path, self.cwd = log_path, cwd
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, startup_timeout: float) -> None:
-        log = open(self.log_path, "ab")
-        try:
-            env = dict(os.environ)
-            env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"]
-                                        if env.get("PYTHONPATH") else "")
-            env.setdefault("PYTHONUNBUFFERED", "1")
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=self.cwd,
-                                         env=env, start_new_session=True)
-        finally:
-            log.close()
-        deadline = time.monotonic() + startup_timeout
-        while time.monotonic() < deadline:
-            rc = self.proc.poll()
-            if rc is not None:
-                raise BrokerFailed(f"broker exited with code {rc} during startup")
-            if port_open(self.host, self.port, 0.25):
-                return
-            time.sleep(0.1)
-        raise BrokerFailed(f"broker did not accept connections on port {self.port} "
-                           f"within {startup_timeout:.0f} s")
-
-    def stop(self, grace: float = 10.0) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        # our own child, started with start_new_session=True: its pgid is its pid
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
-
-def run_load(scenario: str, host: str, port: int, args, extra: list[str]) -> dict:
-    cmd = [sys.executable, LOAD, "--scenario", scenario, "--host", host,
-           "--port", str(port), "--user", args.user, "--password", args.password,
-           "--vhost", args.vhost, "--seconds", str(args.seconds),
-           "--warmup", str(args.warmup), "--size", str(args.size), "--json", *extra]
-    timeout = args.seconds + 120 if "--verify" not in extra else 900
-    try:
-        out = subprocess.run(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                             timeout=timeout, text=True)
-    except subprocess.TimeoutExpired:
-        return {"scenario": scenario, "error": f"amqp_load timed out after {timeout} s"}
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+        stdout, _ = proc.communicate(timeout=_timeout(sc, opts))
+    except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
+        _interrupt(proc)  # SIGINT first: the tool deletes its queues on the way out
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {"error": f"{sc.tool} timed out after {exc.timeout:.0f} s"}
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if not lines:
-        return {"scenario": scenario,
-                "error": f"amqp_load exited {out.returncode} without a result"}
+        return {"error": f"{sc.tool} exited {proc.returncode} without a result"}
     result = json.loads(lines[-1])
-    result["exit_code"] = out.returncode
+    result["exit_code"] = proc.returncode
     return result
 
 
-def median_result(results: list[dict]) -> dict:
-    ok = [r for r in results if "error" not in r]
-    if not ok:
-        return results[-1]
-    if len(ok) == 1:
-        return ok[0]
-    ok.sort(key=lambda r: r.get("consumed_per_s") or 0)
-    med = dict(ok[len(ok) // 2])
-    med["runs"] = [r.get("consumed_per_s") for r in results if "error" not in r]
-    med["consumed_per_s"] = statistics.median(med["runs"])
-    conf = [r.get("confirmed_per_s") for r in ok if r.get("confirmed_per_s") is not None]
-    if conf:
-        med["confirmed_per_s"] = statistics.median(conf)
-    return med
+def _interrupt(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
 
 
-def bench_target(label, host, port, scenarios, args, extra) -> dict[str, dict]:
-    out = {}
-    for sc in scenarios:
-        runs = []
-        for i in range(args.runs):
-            print(f"[{label}] {sc} run {i + 1}/{args.runs} ...", file=sys.stderr, flush=True)
-            r = run_load(sc, host, port, args, extra)
-            runs.append(r)
-            if "error" in r:
-                print(f"[{label}] {sc}: {r['error']}", file=sys.stderr)
-                break
-            print(f"[{label}] {sc}: consumed {r.get('consumed_per_s', 0):,.0f}/s"
-                  + (f", confirmed {r['confirmed_per_s']:,.0f}/s"
-                     if r.get("confirmed_per_s") is not None else "")
-                  + (f", verify {'OK' if r['verify_ok'] else 'FAILED'}"
-                     if "verify_ok" in r else ""),
+def _timeout(sc: Scenario, opts) -> float:
+    if "--verify" in opts.load_arg:
+        return 900
+    return {"stream_bench.py": 300 + opts.stream_count / 2000,
+            "memory.py": 300 + opts.messages / 500,
+            "latency.py": 180 + opts.seconds + opts.sync_seconds,
+            "many_connections.py": 300 + opts.seconds}.get(sc.tool, 120 + opts.seconds)
+
+
+def _summary(r: dict, sc: Scenario) -> str:
+    if "error" in r:
+        return f"error: {r['error']}"
+    parts = []
+    for m in sc.metrics:
+        if r.get(m.key) is not None:
+            v = r[m.key]
+            parts.append(f"{m.label} {v if isinstance(v, bool) else format(v, m.fmt)}")
+    if "verify_ok" in r:
+        parts.append("verify " + ("OK" if r["verify_ok"] else "FAILED"))
+    if r.get("warning"):
+        parts.append("warning: " + r["warning"])
+    return "; ".join(parts)
+
+
+def our_broker_args(sc: Scenario, opts, passthrough: list[str], pg_url: str | None) -> list[str]:
+    extra = list(opts.broker_arg) + passthrough
+    if opts.database_url:
+        extra += ["--database-url", opts.database_url]
+    if sc.store == "postgres":
+        extra = [a for a in extra if a.split("=", 1)[0] not in STORE_FLAGS] \
+            + ["--database-url", pg_url]
+    return extra
+
+
+def store_label(sc: Scenario, extra: list[str]) -> str:
+    if sc.store == "postgres":
+        return "PostgreSQL"
+    flags = [a.split("=", 1)[0] for a in extra]
+    if "--in-memory" in flags:
+        return "in-memory"
+    if "--database-url" in flags:
+        url = extra[flags.index("--database-url") + 1] if "=" not in extra[flags.index(
+            "--database-url")] else extra[flags.index("--database-url")].split("=", 1)[1]
+        return "PostgreSQL" if url.startswith("postgres") else "database-url"
+    sync = "FULL"
+    if "--sqlite-synchronous" in flags:
+        i = flags.index("--sqlite-synchronous")
+        sync = extra[i].split("=", 1)[1] if "=" in extra[i] else extra[i + 1]
+    return f"SQLite {sync}"
+
+
+def measure_scenario(sc: Scenario, opts, passthrough, pg_url, rabbit_pid, rabbit_up):
+    ours_runs, rabbit_runs = [], []
+    extra = our_broker_args(sc, opts, passthrough, pg_url)
+    for i in range(opts.runs):
+        if not opts.skip_ours:
+            broker = OurBroker(extra, cmd=shlex.split(opts.broker_cmd) if opts.broker_cmd else None,
+                               admin_port=not opts.no_admin_port,
+                               temp_data_dir=not opts.no_temp_data_dir, log_path=opts.broker_log)
+            try:
+                broker.start(opts.startup_timeout)
+                r = run_tool(sc, "127.0.0.1", broker.port, broker.pid, opts, opts.user,
+                             opts.password)
+                if "error" in r or (broker.proc and broker.proc.poll() is not None):
+                    r.setdefault("error", "broker exited during the run")
+                    print(f"--- broker log tail ---\n{broker.log_tail()}", file=sys.stderr)
+            finally:  # a BrokerFailed (it did not start) ends the whole run in main()
+                broker.stop()
+            ours_runs.append(r)
+            print(f"[ours] {sc.name} run {i + 1}/{opts.runs}: {_summary(r, sc)}",
                   file=sys.stderr, flush=True)
-        out[sc] = median_result(runs)
-    return out
+        if rabbit_up:
+            r = run_tool(sc, opts.rabbit_host, opts.rabbit_port, rabbit_pid, opts,
+                         opts.rabbit_user or opts.user, opts.rabbit_password or opts.password)
+            rabbit_runs.append(r)
+            print(f"[rabbitmq] {sc.name} run {i + 1}/{opts.runs}: {_summary(r, sc)}",
+                  file=sys.stderr, flush=True)
+    ours = median_result(ours_runs) if ours_runs else None
+    rabbit = median_result(rabbit_runs) if rabbit_runs else None
+    return ours, rabbit, store_label(sc, extra)
 
 
-def fmt_rate(v) -> str:
-    return "-" if v is None else f"{v:,.0f}"
-
-
-def fmt_ratio(a, b) -> str:
-    if a is None or not b:
-        return "-"
-    return f"{a / b:.2f}"
-
-
-def print_table(scenarios, ours: dict, rabbit: dict | None, ours_name: str) -> None:
-    rows = [("scenario", "broker", "msgs/s", "confirmed/s", "ours/RabbitMQ")]
-    for sc in scenarios:
-        o = ours.get(sc, {})
-        r = (rabbit or {}).get(sc)
-        o_rate, o_conf = o.get("consumed_per_s"), o.get("confirmed_per_s")
-        ratio = "-"
-        if r and "error" not in r and "error" not in o:
-            ratio = fmt_ratio(o_rate, r.get("consumed_per_s"))
-            if o_conf is not None and r.get("confirmed_per_s"):
-                ratio += f" (conf {fmt_ratio(o_conf, r['confirmed_per_s'])})"
-        rows.append((sc, ours_name, "error" if "error" in o else fmt_rate(o_rate),
-                     fmt_rate(o_conf), ratio))
-        if r is not None:
-            rname = r.get("server") or "RabbitMQ"
-            rows.append((sc, rname, "error" if "error" in r else
-                         fmt_rate(r.get("consumed_per_s")),
-                         fmt_rate(r.get("confirmed_per_s")), "1.00"))
-        elif rabbit is None:
-            rows.append((sc, "RabbitMQ", "skipped", "-", "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for n, row in enumerate(rows):
-        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(row, widths))))
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
-    print("msgs/s = messages consumed per second (after warm-up); "
-          "ratio = ours / RabbitMQ")
-
-
-# --------------------------------------------------------------------------
-# main
-# --------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        description="Run amqp_load.py against this project's broker and RabbitMQ.",
-        epilog="Arguments after a bare '--' are appended to the broker command line.")
+        description="Every scenario of issue 14: this project's broker against RabbitMQ, "
+                    "same run, same client, with the ratio.",
+        epilog="Arguments after a bare '--' are appended to our broker's command line. "
+               "Ratio >= 1.00: ours is as good or better.")
     p.add_argument("--scenario", default="transient",
-                   help="transient, confirms, all, or a comma list (default transient)")
-    p.add_argument("--seconds", type=float, default=10.0)
+                   help="a scenario, a comma list, or all: " + ", ".join(
+                       [*SCENARIOS, *ALIASES]) + " (default transient)")
+    p.add_argument("--seconds", type=float, default=8.0,
+                   help="length of each timed run incl. warm-up (default 8)")
     p.add_argument("--warmup", type=float, default=1.0)
-    p.add_argument("--size", type=int, default=100)
-    p.add_argument("--runs", type=int, default=1,
-                   help="runs per scenario and broker; the median is reported")
+    p.add_argument("--size", type=int, default=100, help="body bytes (default 100)")
+    p.add_argument("--runs", type=int, default=2,
+                   help="runs per scenario and broker; medians are reported (default 2)")
+    p.add_argument("--stream-count", type=int, default=1_000_000,
+                   help="stream: messages published then read (default 1,000,000)")
+    p.add_argument("--rate", type=float, default=10000.0,
+                   help="latency: steady publish rate (default 10,000 msg/s)")
+    p.add_argument("--sync-seconds", type=float, default=5.0,
+                   help="latency: length of the synchronous-confirm phase (default 5)")
+    p.add_argument("--messages", type=int, default=1_000_000,
+                   help="memory: 1 KiB persistent messages queued (default 1,000,000)")
+    p.add_argument("--connections", type=int, default=1000,
+                   help="connections: connections, 10 msg/s each (default 1,000; capped within "
+                        "RabbitMQ's open-files limit, the same for both brokers)")
     p.add_argument("--user", default="guest")
     p.add_argument("--password", default="guest")
     p.add_argument("--vhost", default="/")
-    p.add_argument("--broker-cmd", default=None,
-                   help="broker command (shell-quoted); default 'exchange-broker serve'")
-    p.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
-                   help="extra broker argument, repeatable; use the = form for "
-                        "dashed values: --broker-arg=--data-dir --broker-arg={tmpdir}/data")
-    p.add_argument("--no-temp-data-dir", action="store_true",
-                   help="don't add --data-dir {tmpdir}/data (added by default unless "
-                        "--data-dir, --database-url or --in-memory is given)")
-    p.add_argument("--no-admin-port", action="store_true",
-                   help="do not pass --admin-port 0 (it is also dropped automatically "
-                        "if the broker CLI rejects it)")
-    p.add_argument("--broker-log", default=None,
-                   help="keep the broker's output in this file (default: temp dir)")
-    p.add_argument("--startup-timeout", type=float, default=30.0)
-    p.add_argument("--rabbit-host", default="127.0.0.1")
-    p.add_argument("--rabbit-port", type=int, default=5672)
-    p.add_argument("--rabbit-user", default=None, help="default: --user")
-    p.add_argument("--rabbit-password", default=None, help="default: --password")
-    p.add_argument("--skip-rabbitmq", action="store_true")
-    p.add_argument("--skip-ours", action="store_true")
+    g = p.add_argument_group("our broker")
+    g.add_argument("--broker-cmd", default=None,
+                   help="broker command (shell-quoted; default 'python -m exchange_broker "
+                        "serve'); one containing {port} is a complete template")
+    g.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
+                   help="extra broker argument, repeatable; {tmpdir}, {host}, {port} are "
+                        "substituted (use the = form: --broker-arg=--queue-window)")
+    g.add_argument("--database-url", default=None,
+                   help="our broker's store for every scenario (passed through)")
+    g.add_argument("--postgres", action="store_true",
+                   help="also run persistent with our broker on a throwaway PostgreSQL "
+                        "database bench_<random> (created, then dropped)")
+    g.add_argument("--postgres-admin-url", default=PG_ADMIN_URL,
+                   help=f"where to create it (default {PG_ADMIN_URL}; env EB_BENCH_PG_URL)")
+    g.add_argument("--no-temp-data-dir", action="store_true",
+                   help="don't add --data-dir <tmpdir>/data")
+    g.add_argument("--no-admin-port", action="store_true", help="don't pass --admin-port 0")
+    g.add_argument("--broker-log", default=None, help="append the broker's output to this file")
+    g.add_argument("--startup-timeout", type=float, default=60.0)
+    g.add_argument("--skip-ours", action="store_true")
+    g = p.add_argument_group("RabbitMQ")
+    g.add_argument("--rabbit-host", default="127.0.0.1")
+    g.add_argument("--rabbit-port", type=int, default=5672)
+    g.add_argument("--rabbit-user", default=None, help="default: --user")
+    g.add_argument("--rabbit-password", default=None, help="default: --password")
+    g.add_argument("--skip-rabbitmq", action="store_true")
     p.add_argument("--load-arg", action="append", default=[], metavar="ARG",
-                   help="extra amqp_load.py argument, repeatable (e.g. "
-                        "--load-arg=--rate --load-arg=20000, or --load-arg=--verify)")
-    p.add_argument("--json", action="store_true",
-                   help="also print one JSON line with all results")
+                   help="extra amqp_load.py argument, repeatable (e.g. --load-arg=--verify)")
+    p.add_argument("--json", action="store_true", help="also print every result as JSON")
     return p
+
+
+def pick_scenarios(text: str, postgres: bool) -> list[str]:
+    names = list(ALL) if text == "all" else \
+        [ALIASES.get(s.strip(), s.strip()) for s in text.split(",") if s.strip()]
+    bad = [s for s in names if s not in SCENARIOS]
+    if bad or not names:
+        raise ValueError(f"unknown scenario(s) {', '.join(bad) or '(none)'}; choose from "
+                         f"{', '.join([*SCENARIOS, *ALIASES])} or all")
+    if postgres and "persistent-pg" not in names:
+        names.insert(names.index("persistent") + 1 if "persistent" in names else len(names),
+                     "persistent-pg")
+    return names
 
 
 def main(argv=None) -> int:
@@ -287,115 +257,84 @@ def main(argv=None) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, passthrough = argv[:i], argv[i + 1:]
-    args = build_parser().parse_args(argv)
+    opts = build_parser().parse_args(argv)
+    try:
+        names = pick_scenarios(opts.scenario, opts.postgres)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if opts.runs < 1:
+        print("--runs must be >= 1", file=sys.stderr)
+        return 2
 
-    if args.scenario == "all":
-        scenarios = list(SCENARIOS)
-    else:
-        scenarios = [s.strip() for s in args.scenario.split(",") if s.strip()]
-        bad = [s for s in scenarios if s not in SCENARIOS]
-        if bad or not scenarios:
-            print(f"unknown scenario(s) {bad}; choose from {', '.join(SCENARIOS)} or all",
-                  file=sys.stderr)
-            return 2
-
-    # turn SIGTERM into a normal exit so the finally-blocks kill the broker
-    def _on_term(signum, frame):
+    def _on_term(signum, frame):  # SIGTERM: leave through the finally blocks (brokers, db)
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, _on_term)
 
-    tmpdir = tempfile.mkdtemp(prefix="exchange-broker-bench-")
-    log_path = args.broker_log or os.path.join(tmpdir, "broker.log")
-    host = "127.0.0.1"
-    ours: dict[str, dict] = {}
-    rabbit: dict[str, dict] | None = None
-    ours_name = "exchange-broker"
-    broker: Broker | None = None
-    rc = 0
-    try:
-        if not args.skip_ours:
-            port = free_port(host)
-            subst = {"host": host, "port": str(port), "tmpdir": tmpdir}
-            base = shlex.split(args.broker_cmd) if args.broker_cmd else default_broker_cmd()
-            template = any("{port}" in part for part in base)
-            base = [part.format(**subst) for part in base]
-            extra = list(args.broker_arg) + passthrough
-            store_given = any(a.split("=", 1)[0] in STORE_FLAGS for a in extra)
-            if not args.no_temp_data_dir and not store_given and not template:
-                # never touch the user's default store (~/.local/share/...)
-                os.makedirs(os.path.join(tmpdir, "data"), exist_ok=True)
-                extra += ["--data-dir", "{tmpdir}/data"]
-            extra = [a.format(**subst) for a in extra]
-            use_admin = not args.no_admin_port and not template
-            for attempt in (1, 2):
-                cmd = list(base)
-                if not template:
-                    cmd += ["--host", host, "--port", str(port)]
-                    if use_admin:
-                        cmd += ["--admin-port", "0"]
-                cmd += extra
-                print(f"starting broker: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-                broker = Broker(cmd, host, port, log_path, tmpdir)
-                try:
-                    broker.start(args.startup_timeout)
-                    break
-                except BrokerFailed:
-                    log = tail(log_path)
-                    broker.stop()
-                    broker = None
-                    if attempt == 1 and use_admin and "admin-port" in log:
-                        print("broker rejected --admin-port; retrying without it",
-                              file=sys.stderr)
-                        use_admin = False
-                        continue
-                    raise
-            ours = bench_target("ours", host, port, scenarios, args, args.load_arg)
-            if any("error" in r for r in ours.values()):
-                print(f"--- broker log tail ({log_path}) ---\n{tail(log_path)}",
-                      file=sys.stderr)
-            for r in ours.values():
-                if r.get("server") and "RabbitMQ" not in r["server"]:
-                    ours_name = r["server"]
-                    break
-            if broker.proc is not None and broker.proc.poll() is not None:
-                print(f"warning: broker exited with code {broker.proc.returncode} "
-                      f"during the benchmark", file=sys.stderr)
-            broker.stop()
-            broker = None
-
-        if args.skip_rabbitmq:
-            print("RabbitMQ: skipped (--skip-rabbitmq)", file=sys.stderr)
-        elif not port_open(args.rabbit_host, args.rabbit_port, 1.0):
-            print(f"RabbitMQ: not reachable at {args.rabbit_host}:{args.rabbit_port}, "
-                  f"skipped", file=sys.stderr)
-        else:
-            rargs = argparse.Namespace(**vars(args))
-            rargs.user = args.rabbit_user or args.user
-            rargs.password = args.rabbit_password or args.password
-            rabbit = bench_target("rabbitmq", args.rabbit_host, args.rabbit_port,
-                                  scenarios, rargs, args.load_arg)
-
-        print()
-        print_table(scenarios, ours, rabbit, ours_name)
-        if args.json:
-            print(json.dumps({"ours": ours, "rabbitmq": rabbit}, separators=(",", ":")))
-        for r in list(ours.values()) + list((rabbit or {}).values()):
-            if "error" in r or r.get("verify_ok") is False:
-                rc = 1
-    except BrokerFailed as exc:
-        print(f"error: {exc}\n--- broker log ({log_path}) ---\n{tail(log_path)}",
+    rabbit_up = not opts.skip_rabbitmq and port_open(opts.rabbit_host, opts.rabbit_port, 1.0)
+    if not opts.skip_rabbitmq and not rabbit_up:
+        print(f"RabbitMQ: not reachable at {opts.rabbit_host}:{opts.rabbit_port}, skipped",
               file=sys.stderr)
+    rabbit_pid = find_rabbit_pid(opts.rabbit_port) if rabbit_up else None
+    rows, results, warnings, labels, rc = [], {}, [], [], 0
+    db = None
+    try:
+        if "persistent-pg" in names and not opts.skip_ours:
+            try:
+                db = ThrowawayDatabase(opts.postgres_admin_url)
+            except Exception as exc:  # noqa: BLE001 - any driver error: one line, no traceback
+                print(f"error: cannot create a database on PostgreSQL at "
+                      f"{opts.postgres_admin_url}: {str(exc).strip().splitlines()[0]}",
+                      file=sys.stderr)
+                return 2
+            print(f"PostgreSQL: throwaway database {db.name}", file=sys.stderr)
+        for name in names:
+            sc = SCENARIOS[name]
+            if sc.needs_pid and rabbit_up and not rabbit_pid:
+                warnings.append(f"{name}: RabbitMQ's beam.smp not found: RabbitMQ skipped")
+            if name == "connections" and rabbit_pid:
+                n, note = safe_connections(rabbit_pid, opts.connections)
+                if note:
+                    warnings.append(f"connections: RabbitMQ {note}; both brokers got {n}")
+                    opts.connections = n
+            ours, rabbit, store = measure_scenario(
+                sc, opts, passthrough, db.url if db else None, rabbit_pid or 0,
+                rabbit_up and (rabbit_pid or not sc.needs_pid))
+            labels.append(f"{name:<19} {sc.label}"
+                          + (f" (ours: {store})" if name.startswith("persistent") else ""))
+            metrics = list(sc.metrics)
+            if "--verify" in opts.load_arg and sc.tool == "amqp_load.py":
+                metrics.append(VERIFY)
+            rows += rows_for(name, metrics, ours, rabbit)
+            results[name] = {"ours": ours, "rabbitmq": rabbit}
+            for who, r in (("ours", ours), ("RabbitMQ", rabbit)):
+                if r and r.get("warning"):
+                    warnings.append(f"{name}: {who}: {r['warning']}")
+                if r and ("error" in r or r.get("verify_ok") is False
+                          or r.get("all_delivered") is False):
+                    rc = 1
+        print()
+        names_ = [next((r[k]["server"] for r in results.values()
+                        if r[k] and r[k].get("server")), None) for k in ("ours", "rabbitmq")]
+        print_table(rows, names_[0] or "exchange-broker", names_[1] or "RabbitMQ")
+        print(f"medians of {opts.runs} run(s); {opts.seconds:g} s per timed run "
+              f"({opts.warmup:g} s warm-up); {opts.size} B messages unless the row says")
+        for line in labels:
+            print("  " + line)
+        for w in warnings:
+            print(f"warning: {w}")
+        if opts.json:
+            print(json.dumps(results, separators=(",", ":")))
+    except BrokerFailed as exc:
+        print(f"error: our broker did not start: {exc}", file=sys.stderr)
         rc = 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         rc = 130
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # don't interrupt cleanup
-        if broker is not None:
-            if rc not in (0, 130):
-                print(f"--- broker log tail ---\n{tail(log_path)}", file=sys.stderr)
-            broker.stop()
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # don't interrupt the cleanup
+        if db is not None:
+            db.drop()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return rc
 

@@ -18,7 +18,9 @@ Reported: published (confirmed) msgs/s, and read msgs/s = consumers x count / re
 temporary ``--data-dir`` (SQLite); RabbitMQ is expected at ``--rabbit-host:--rabbit-port``
 (default 127.0.0.1:5672, guest/guest) and skipped when unreachable.
 
-The client is the lean raw-frame client of ``amqp_load.py`` (uvloop when installed).
+The client is the lean raw-frame client in ``loadgen/`` (uvloop when installed). With ``--port``
+only the broker at ``--host:--port`` is measured and its result printed (``compare.py`` runs it
+that way, with ``--pid`` to report the broker's RSS).
 
 Examples::
 
@@ -32,107 +34,18 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 import uuid
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pamqp import commands  # noqa: E402
 
-from amqp_load import AMQPError, Connection, Publisher, encode_publish  # noqa: E402
-
-
-# --------------------------------------------------------------------------
-# This broker as a subprocess
-# --------------------------------------------------------------------------
-class OurBroker:
-    def __init__(self, extra: list[str]) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="stream-bench-"))
-        self.extra = extra
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    def start(self, timeout: float = 60.0) -> "OurBroker":
-        port_file = self.dir / "port"
-        cmd = [sys.executable, "-m", "exchange_broker", "serve", "--host", "127.0.0.1",
-               "--port", "0", "--port-file", str(port_file), "--data-dir", str(self.dir / "data"),
-               "--heartbeat", "0", "--log-level", "WARNING", *self.extra]
-        if "--admin-port" not in self.extra and _serve_has("--admin-port"):
-            cmd += ["--admin-port", "0"]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        self.log = open(self.dir / "broker.log", "ab")
-        self.proc = subprocess.Popen(cmd, cwd=str(REPO), env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=self.log,
-                                     start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError("broker exited during start-up:\n" + self.log_text())
-            try:
-                raw = port_file.read_text().strip()
-                if raw:
-                    self.port = int(raw)
-                    return self
-            except (FileNotFoundError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("broker did not start:\n" + self.log_text())
-            time.sleep(0.05)
-
-    def rss_mb(self) -> float | None:
-        try:
-            with open(f"/proc/{self.proc.pid}/status") as fh:
-                for line in fh:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) / 1024.0
-        except (OSError, AttributeError):
-            return None
-        return None
-
-    def log_text(self) -> str:
-        try:
-            return (self.dir / "broker.log").read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _serve_has(option: str) -> bool:
-    sys.path.insert(0, str(REPO))
-    try:
-        from exchange_broker.cli import build_parser
-        serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # noqa: SLF001
-        return option in serve._option_string_actions  # noqa: SLF001
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def reachable(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
+from loadgen.brokers import BrokerFailed, OurBroker, port_open  # noqa: E402
+from loadgen.client import AMQPError, Connection, run_loop  # noqa: E402
+from loadgen.procs import rss_bytes  # noqa: E402
+from loadgen.publisher import Publisher  # noqa: E402
+from loadgen.wire import encode_publish, server_name  # noqa: E402
 
 
 # --------------------------------------------------------------------------
@@ -149,7 +62,7 @@ async def run_one(label: str, host: str, port: int, opts, rss=None) -> dict:
     declared = False
     try:
         await prod.open(*args)
-        result["server"] = _server_name(prod.server_properties)
+        result["server"] = server_name(prod.server_properties)
         await prod.rpc(commands.Queue.Declare(queue=qname, durable=True,
                                               arguments={"x-queue-type": "stream"}),
                        "Queue.DeclareOk")
@@ -237,12 +150,6 @@ async def run_one(label: str, host: str, port: int, opts, rss=None) -> dict:
     return result
 
 
-def _server_name(props: dict) -> str:
-    def s(v):
-        return v.decode() if isinstance(v, bytes) else str(v)
-    return f"{s(props.get('product', '?'))} {s(props.get('version', ''))}".strip()
-
-
 # --------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------
@@ -254,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefetch", type=int, default=2000, help="consumer prefetch (default 2000)")
     p.add_argument("--max-unconfirmed", type=int, default=10000,
                    help="publishes in flight awaiting confirm (default 10000)")
+    p.add_argument("--host", default="127.0.0.1", help="with --port: the broker to measure")
+    p.add_argument("--port", type=int, default=0,
+                   help="measure only the broker at --host:--port and print its result "
+                        "(default: start ours, then RabbitMQ, and compare)")
+    p.add_argument("--pid", type=int, default=0,
+                   help="with --port: the broker's process id, to report its RSS")
     p.add_argument("--user", default="guest")
     p.add_argument("--password", default="guest")
     p.add_argument("--rabbit-host", default="127.0.0.1")
@@ -267,20 +180,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _rss_mb(pid: int):
+    def read() -> float | None:
+        try:
+            return round(rss_bytes(pid) / 2**20, 1)
+        except (OSError, RuntimeError):
+            return None
+    return read if pid else None
+
+
 async def main_async(opts) -> list[dict]:
+    if opts.port:
+        return [await run_one(opts.host, opts.host, opts.port, opts, rss=_rss_mb(opts.pid))]
     results = []
     if not opts.no_ours:
-        ours = OurBroker(opts.broker_arg).start()
+        ours = OurBroker(["--heartbeat", "0", "--log-level", "WARNING", *opts.broker_arg])
         try:
+            ours.start()
             results.append(await run_one("exchange-broker", "127.0.0.1", ours.port, opts,
-                                         rss=ours.rss_mb))
-        except Exception:
-            print(ours.log_text(), file=sys.stderr)
+                                         rss=_rss_mb(ours.pid)))
+        except (AMQPError, OSError, asyncio.TimeoutError):
+            print(ours.log_tail(), file=sys.stderr)
             raise
         finally:
             ours.stop()
     if not opts.no_rabbitmq:
-        if reachable(opts.rabbit_host, opts.rabbit_port):
+        if port_open(opts.rabbit_host, opts.rabbit_port, 2.0):
             results.append(await run_one("RabbitMQ", opts.rabbit_host, opts.rabbit_port, opts))
         else:
             print(f"RabbitMQ not reachable at {opts.rabbit_host}:{opts.rabbit_port}: skipped",
@@ -313,22 +238,17 @@ def print_table(results: list[dict]) -> None:
 
 def main(argv=None) -> int:
     opts = build_parser().parse_args(argv)
-    runner = asyncio.run
-    if not opts.no_uvloop:
-        try:
-            import uvloop
-            runner = uvloop.run
-        except ImportError:
-            pass
     try:
-        results = runner(main_async(opts))
-    except (AMQPError, OSError, RuntimeError, asyncio.TimeoutError) as exc:
+        results = run_loop(main_async(opts), opts.no_uvloop)
+    except (AMQPError, OSError, BrokerFailed, asyncio.TimeoutError) as exc:
+        if opts.json and opts.port:
+            print(json.dumps({"host": opts.host, "port": opts.port, "error": str(exc)}))
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not results:
         return 2
     if opts.json:
-        print(json.dumps(results))
+        print(json.dumps(results[0] if opts.port else results))
     else:
         print_table(results)
     return 0
