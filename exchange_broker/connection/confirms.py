@@ -20,6 +20,7 @@ class ConfirmMethods:
 
     confirm = False
     confirm_queued = False  # waiting in the session's confirm flush
+    _confirm_group = None   # (waiter, entries): the publishes waiting on the latest store batch
 
     def _confirm_init(self) -> None:
         self.publish_seq = 0
@@ -42,8 +43,24 @@ class ConfirmMethods:
             self.unconfirmed.append([seq, state])
             self._drain_confirms()
 
-    def _confirmed(self, entry: list, ok: bool) -> None:
-        entry[1] = 1 if ok else 2
+    def _await_store(self, seq: int, waiter) -> None:
+        """Publish ``seq`` is confirmed once ``waiter`` (its store batch) fires. The publishes of
+        one batch wait as one group: one callback, one drain, however many they are."""
+        entry = [seq, 0]
+        self.unconfirmed.append(entry)
+        group = self._confirm_group
+        if group is not None and group[0] is waiter and not waiter.done:
+            group[1].append(entry)
+        else:
+            group = self._confirm_group = (waiter, [entry])
+            waiter.add(self._confirmed, group)
+
+    def _confirmed(self, group: tuple, ok: bool) -> None:
+        state = 1 if ok else 2
+        for entry in group[1]:
+            entry[1] = state
+        if self._confirm_group is group:
+            self._confirm_group = None
         self._drain_confirms()
 
     def _drain_confirms(self) -> None:

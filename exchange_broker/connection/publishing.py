@@ -90,9 +90,7 @@ class PublishMethods:
             elif waiter is None:
                 self._confirm_enqueue(seq, 1)
             else:
-                entry = [seq, 0]
-                self.unconfirmed.append(entry)
-                waiter.add(self._confirmed, entry)
+                self._await_store(seq, waiter)
         elif tokens is not None and waiter is not None:
             tokens.append(waiter)
 
