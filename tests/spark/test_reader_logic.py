@@ -34,7 +34,7 @@ def params(url):
 
 # ------------------------------------------------------------------------------- client
 def test_consume_limited_spreads_large_prefetch_over_consumers(amqp, classic_queue, monkeypatch):
-    monkeypatch.setattr(A, "MAX_PREFETCH", 4)
+    monkeypatch.setattr(A.connection, "MAX_PREFETCH", 4)
     amqp.publish(classic_queue, bodies(20))
     with amqp.connect() as c:
         tags = c.consume_limited(classic_queue, 10)      # 4 + 4 + 2
