@@ -80,10 +80,17 @@ class AmqpDataSource(DataSource):
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         _check_schema(schema)
-        if self.opts.queue_type in ("classic", "quorum"):
-            raise ValueError("amqp data source: readStream needs a stream queue (x-queue-type "
-                             "stream); read classic/quorum queues with spark.read or drain()")
-        return AmqpStreamReader(self.opts)
+        o = self.opts
+        qtype = o.queue_type
+        if qtype == "auto":
+            qtype = R.inspect_queue(o.params, o.queue, "auto", o.admin_url, o.probe_timeout).type
+        if qtype in ("classic", "quorum"):
+            from .queue_stream import QueueStreamReader
+            return QueueStreamReader(o)
+        if o.dedupe != "none":
+            raise ValueError("amqp data source: dedupe only applies to classic/quorum queues "
+                             "(a stream queue is replayed by offset and is exactly-once already)")
+        return AmqpStreamReader(o)
 
 
 class AmqpBatchReader(DataSourceReader):
@@ -112,7 +119,7 @@ class AmqpBatchReader(DataSourceReader):
             return R.read_stream_range(o.params, o.queue, partition.start, partition.end,
                                        o.batch_size, o.read_timeout, o.fail_on_data_loss)
         return R.read_classic(o.params, o.queue, partition.budget, o.ack_mode, o.batch_size,
-                              o.idle_timeout)
+                              o.idle())
 
 
 class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

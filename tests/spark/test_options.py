@@ -48,8 +48,9 @@ def test_option_names_are_case_insensitive():
     ({"maxOffsetPerTrigger": "5"}, "unknown option(s) maxoffsetpertrigger"),
     ({"queueType": "classic", "startingOffsets": "earliest"}, "only applies to stream queues"),
     ({"queueType": "stream", "ackMode": "onRead"}, "only applies to classic/quorum"),
-    ({"queueType": "classic", "numPartitions": "2"}, "ackMode=peek reads a classic queue with a "
-                                                     "single consumer"),
+    ({"dedupe": "yes"}, "option 'dedupe' must be none or messageId"),
+    ({"dedupe": "messageId"}, "needs option 'stateLocation'"),
+    ({"queueType": "stream", "maxMessagesPerTrigger": "5"}, "only applies to classic/quorum"),
 ])
 def test_bad_options_fail_fast(kw, message):
     with pytest.raises(ValueError) as info:
