@@ -3,6 +3,7 @@
     spark.dataSource.register(AmqpDataSource)
     spark.read.format("amqp").option("url", url).option("queue", "q").load()
     spark.readStream.format("amqp").option("url", url).option("queue", "s").load()
+    df.write.format("amqp").option("url", url).option("exchange", "x").save()   # sink.py
 
 Readers return Arrow record batches.  The JVM-free logic lives in ``reader.py``.
 """
@@ -62,11 +63,30 @@ class AmqpDataSource(DataSource):
 
     def __init__(self, options) -> None:
         super().__init__(options)
-        self.opts = SourceOptions.parse(options)  # fails fast on bad/missing options
+        self._opts: SourceOptions | None = None
+
+    @property
+    def opts(self) -> SourceOptions:
+        """Reader options, parsed (and checked) on first use: load() fails fast on them."""
+        if self._opts is None:
+            self._opts = SourceOptions.parse(self.options)
+        return self._opts
 
     @classmethod
     def name(cls) -> str:
         return "amqp"
+
+    def writer(self, schema, overwrite: bool):
+        from .sink import AmqpWriter, SinkOptions, check_sink_schema
+        opts = SinkOptions.parse(self.options)
+        check_sink_schema(schema, opts)
+        return AmqpWriter(opts)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from .sink import AmqpStreamWriter, SinkOptions, check_sink_schema
+        opts = SinkOptions.parse(self.options)
+        check_sink_schema(schema, opts)
+        return AmqpStreamWriter(opts)
 
     def schema(self):
         # Called when load() is evaluated: also check that the broker is reachable and the

@@ -334,6 +334,11 @@ class Connection(Publishing):
                        commands.Queue.DeclareOk)
         return ok.queue, ok.message_count, ok.consumer_count
 
+    def queue_bind(self, queue: str, exchange: str, routing_key: str = "",
+                   arguments: dict | None = None) -> None:
+        self._rpc(commands.Queue.Bind(queue=queue, exchange=exchange, routing_key=routing_key,
+                                      arguments=arguments or {}), commands.Queue.BindOk)
+
     def queue_delete(self, queue: str) -> int:
         return self._rpc(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk).message_count
 
