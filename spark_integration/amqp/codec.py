@@ -25,6 +25,7 @@ FRAME_END = 0xCE
 MAX_PREFETCH = 65535  # basic.qos prefetch-count is a short
 
 HDR = struct.Struct(">BHI")
+I64 = struct.Struct(">q")
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
@@ -77,8 +78,15 @@ def shortstr(buf, pos: int) -> tuple[str, int]:
     return bytes(buf[pos + 1:pos + 1 + n]).decode("utf-8", "replace"), pos + 1 + n
 
 
+# a headers table holding only {"x-stream-offset": <long>}: what a stream queue adds to a
+# message published without headers (decoded without pamqp: it is on every stream delivery)
+_OFFSET_TABLE = b"\x00\x00\x00\x19\x0fx-stream-offsetl"
+
+
 def decode_properties(buf, pos: int, flags: int) -> Properties:
     """Decode the property list of a content header (``flags`` = first property-flags word)."""
+    if flags == 0x2000 and buf[pos:pos + 21] == _OFFSET_TABLE:
+        return Properties(None, None, {"x-stream-offset": I64.unpack_from(buf, pos + 21)[0]})
     values: list[Any] = [None] * 14
     if flags & 1:  # continuation flags: skip the extra words (no basic property uses them)
         while True:
@@ -97,6 +105,9 @@ def decode_properties(buf, pos: int, flags: int) -> Properties:
         elif kind == "q":
             (values[i],) = U64.unpack_from(buf, pos)
             pos += 8
+        elif buf[pos:pos + 21] == _OFFSET_TABLE:
+            values[i] = {"x-stream-offset": I64.unpack_from(buf, pos + 21)[0]}
+            pos += 29
         else:
             (size,) = U32.unpack_from(buf, pos)
             _, values[i] = pdecode.field_table(bytes(buf[pos:pos + 4 + size]))
