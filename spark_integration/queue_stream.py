@@ -172,6 +172,13 @@ class HeldBatches:
         self.held[end] = (start, got[-1].delivery_tag, table)
         return len(got)
 
+    def held_from(self, start: int) -> int | None:
+        """End of the held batch that starts at ``start``, if any."""
+        for end, (begin, _tag, _rows) in self.held.items():
+            if begin == start:
+                return end
+        return None
+
     def rows(self, start: int, end: int) -> pa.Table | None:
         held = self.held.get(end)
         if held is not None and held[0] == start:
@@ -220,6 +227,9 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         begin = self._last if start is None else int(start["messages"])
+        again = self.state.held_from(begin)
+        if again is not None:            # asked twice for the same batch: the same answer
+            return {"messages": again}
         self.state.ack_through(begin, planning=True)    # Spark committed everything <= begin
         want = self.opts.max_messages_per_trigger
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):

@@ -48,8 +48,10 @@ class QueueInfo(NamedTuple):
 
 
 # ---------------------------------------------------------------------------- connections
-def connect(params: ConnectionParams) -> Connection:
-    return Connection.connect(params)
+def connect(params: ConnectionParams, prefer: int = 0) -> Connection:
+    """Connect; with several nodes in the url, start at node ``prefer`` (partitions pass their
+    index, so their connections spread over the nodes)."""
+    return Connection.connect(params, prefer=prefer)
 
 
 def declare_passive(conn: Connection, queue: str) -> int:
@@ -158,7 +160,8 @@ def fetch_round(conn: Connection, queue: str, want: int, idle_timeout: float,
 
 
 def read_classic(params: ConnectionParams, queue: str, budget: int, ack_mode: str = "peek",
-                 batch_rows: int = 10000, idle_timeout: float = 1.0) -> Iterator:
+                 batch_rows: int = 10000, idle_timeout: float = 1.0,
+                 prefer: int = 0) -> Iterator:
     """Yield Arrow batches of up to ``budget`` messages from a classic/quorum queue.
 
     peek:   one consumer with prefetch = budget; nothing is acked; closing the connection
@@ -169,7 +172,7 @@ def read_classic(params: ConnectionParams, queue: str, budget: int, ack_mode: st
     """
     if budget <= 0:
         return
-    conn = connect(params)
+    conn = connect(params, prefer)
     try:
         if ack_mode == "peek":
             conn.consume_limited(queue, budget)
@@ -273,12 +276,12 @@ def split_range(start: int, end: int, parts: int) -> list[tuple[int, int]]:
 
 def read_stream_range(params: ConnectionParams, queue: str, start: int, end: int,
                       batch_rows: int = 10000, read_timeout: float = 30.0,
-                      fail_on_data_loss: bool = True) -> Iterator:
+                      fail_on_data_loss: bool = True, prefer: int = 0) -> Iterator:
     """Yield Arrow batches with exactly the messages whose offset is in [start, end)."""
     if end <= start:
         return
     credit = min(max(batch_rows, 1000), MAX_PREFETCH)
-    conn = connect(params)
+    conn = connect(params, prefer)
     try:
         conn.basic_qos(credit)
         consume_stream(conn, queue, start)

@@ -51,6 +51,13 @@ class StreamRange(InputPartition):
         return f"StreamRange({self.start}, {self.end})"
 
 
+def _partition_id() -> int:
+    """The Spark partition this task reads (spreads connections over the url's nodes)."""
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
 def _check_schema(schema) -> None:
     expected = spark_schema()
     if schema is not None and schema != expected:
@@ -137,9 +144,10 @@ class AmqpBatchReader(DataSourceReader):
         o = self.opts
         if isinstance(partition, StreamRange):
             return R.read_stream_range(o.params, o.queue, partition.start, partition.end,
-                                       o.batch_size, o.read_timeout, o.fail_on_data_loss)
+                                       o.batch_size, o.read_timeout, o.fail_on_data_loss,
+                                       prefer=_partition_id())
         return R.read_classic(o.params, o.queue, partition.budget, o.ack_mode, o.batch_size,
-                              o.idle())
+                              o.idle(), prefer=partition.index)
 
 
 class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -204,7 +212,8 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition):
         o = self.opts
         return R.read_stream_range(o.params, o.queue, partition.start, partition.end,
-                                   o.batch_size, o.read_timeout, o.fail_on_data_loss)
+                                   o.batch_size, o.read_timeout, o.fail_on_data_loss,
+                                   prefer=_partition_id())
 
     def commit(self, end: dict) -> None:
         pass  # Spark's checkpoint is the source of truth; a stream keeps its messages
