@@ -74,8 +74,9 @@ _PROP_LAYOUT = ((15, "s"), (14, "s"), (13, "t"), (12, "o"), (11, "o"), (10, "s")
 
 
 def shortstr(buf, pos: int) -> tuple[str, int]:
+    """A short string from ``buf`` (bytes or bytearray) at ``pos``; returns (text, next pos)."""
     n = buf[pos]
-    return bytes(buf[pos + 1:pos + 1 + n]).decode("utf-8", "replace"), pos + 1 + n
+    return buf[pos + 1:pos + 1 + n].decode("utf-8", "replace"), pos + 1 + n
 
 
 # a headers table holding only {"x-stream-offset": <long>}: what a stream queue adds to a
