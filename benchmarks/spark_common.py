@@ -181,3 +181,17 @@ def print_table(title: str, results: list[dict], columns: list[tuple[str, str]])
         print(f"ratio exchange-broker / RabbitMQ: "
               f"{results[0]['msgs_per_s'] / results[1]['msgs_per_s']:.2f}")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores, shared machine)")
+
+
+def report(args, title: str, results: list[dict], columns: list[tuple[str, str]],
+           extra: dict | None = None, footnote: str = "") -> int:
+    """Print the results (``--json`` or a table); exit code 0 when every run verified."""
+    import json
+    if args.json:
+        print(json.dumps({"count": args.count, "size": args.size, **(extra or {}),
+                          "results": results}, indent=2))
+    else:
+        print_table(title, results, columns)
+        if footnote:
+            print(footnote)
+    return 0 if all(r["verified"] for r in results) else 1

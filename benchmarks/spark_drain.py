@@ -22,7 +22,6 @@ SparkSession (local[*]) serves both runs; a small warm-up drain runs first.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -76,17 +75,13 @@ def main() -> int:
         for name, url in targets:
             results.append(bench_broker(spark, name, url, args, tmp))
         spark.stop()
-    if args.json:
-        print(json.dumps({"count": args.count, "size": args.size, "chunk_size": args.chunk_size,
-                          "engine": args.engine, "results": results}, indent=2))
-    else:
-        C.print_table(f"drain {args.count:,} x {args.size} B messages into Parquet (chunks of "
-                      f"{args.chunk_size:,}, engine {args.engine}, ack after write)", results,
-                      [("msgs_per_s", "drain msgs/s"), ("seconds", "seconds"),
-                       ("consume_s", "consume s*"), ("write_s", "write s*"),
-                       ("publish_msgs_per_s", "publish msgs/s"), ("verified", "verified")])
-        print("* consume and write overlap (the next chunk is fetched while one is written)")
-    return 0 if all(r["verified"] for r in results) else 1
+    return C.report(args, f"drain {args.count:,} x {args.size} B messages into Parquet (chunks "
+                          f"of {args.chunk_size:,}, engine {args.engine}, ack after write)",
+                    results, [("msgs_per_s", "drain msgs/s"), ("seconds", "seconds"),
+                              ("consume_s", "consume s*"), ("write_s", "write s*"),
+                              ("publish_msgs_per_s", "publish msgs/s"), ("verified", "verified")],
+                    {"chunk_size": args.chunk_size, "engine": args.engine},
+                    "* consume and write overlap (the next chunk is fetched while one is written)")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ For each broker (this project's broker, then RabbitMQ when reachable) in the sam
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -54,15 +53,10 @@ def main() -> int:
             print(f"[{name}] writing {args.count:,} rows ...", file=sys.stderr)
             results.append(bench(spark, name, url, df, args))
         spark.stop()
-    if args.json:
-        print(json.dumps({"count": args.count, "size": args.size, "partitions": args.partitions,
-                          "results": results}, indent=2))
-    else:
-        C.print_table(f"sink: {args.count:,} rows x {args.size} B, {args.partitions} partitions, "
-                      f"Spark {args.master}, publisher confirms",
-                      results, [("msgs_per_s", "rows/s"), ("seconds", "seconds"),
-                                ("in_queue", "in queue"), ("verified", "verified")])
-    return 0 if all(r["verified"] for r in results) else 1
+    return C.report(args, f"sink: {args.count:,} rows x {args.size} B, {args.partitions} "
+                          f"partitions, Spark {args.master}, publisher confirms", results,
+                    [("msgs_per_s", "rows/s"), ("seconds", "seconds"), ("in_queue", "in queue"),
+                     ("verified", "verified")], {"partitions": args.partitions})
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ in the same run:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -61,15 +60,11 @@ def main() -> int:
         for name, url in targets:
             results.append(bench(spark, name, url, args, tmp))
         spark.stop()
-    if args.json:
-        print(json.dumps({"count": args.count, "size": args.size, "partitions": args.partitions,
-                          "results": results}, indent=2))
-    else:
-        C.print_table(f"stream queue -> Parquet: {args.count:,} x {args.size} B, "
-                      f"{args.partitions} offset ranges, Spark {args.master}",
-                      results, [("msgs_per_s", "read msgs/s"), ("seconds", "seconds"),
-                                ("publish_msgs_per_s", "publish/s"), ("verified", "verified")])
-    return 0 if all(r["verified"] for r in results) else 1
+    return C.report(args, f"stream queue -> Parquet: {args.count:,} x {args.size} B, "
+                          f"{args.partitions} offset ranges, Spark {args.master}", results,
+                    [("msgs_per_s", "read msgs/s"), ("seconds", "seconds"),
+                     ("publish_msgs_per_s", "publish/s"), ("verified", "verified")],
+                    {"partitions": args.partitions})
 
 
 if __name__ == "__main__":

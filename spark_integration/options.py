@@ -98,6 +98,24 @@ def parse_offset_spec(raw: str | int | None, key: str, allowed: tuple[str, ...])
     return value
 
 
+def normalized(options: Mapping[str, str], known, what: str,
+               ignored: tuple[str, ...] = ("path",)) -> tuple[dict, ConnectionParams]:
+    """Lower-cased options (unknown names refused) and the parsed, required ``url``."""
+    opts = {str(k).lower(): v for k, v in dict(options).items()}
+    unknown = sorted(k for k in opts if k not in known and k not in ignored)
+    if unknown:
+        raise ValueError(f"{what}: unknown option(s) {', '.join(unknown)}; "
+                         f"known options: {', '.join(sorted(known))}")
+    url = opts.get("url")
+    if not url:
+        raise ValueError(f"{what}: option 'url' is required "
+                         "(e.g. .option('url', 'amqp://guest:guest@localhost:5672/%2F'))")
+    try:
+        return opts, ConnectionParams.from_url(str(url))
+    except ValueError as exc:
+        raise ValueError(f"{what}: option 'url': {exc}") from None
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     url: str
@@ -123,19 +141,8 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
-        opts = {str(k).lower(): v for k, v in dict(options).items()}
-        unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS and k != "path")
-        if unknown:
-            raise ValueError(f"amqp data source: unknown option(s) {', '.join(unknown)}; "
-                             f"known options: {', '.join(sorted(KNOWN_OPTIONS))}")
-        url = opts.get("url")
-        if not url:
-            raise ValueError("amqp data source: option 'url' is required "
-                             "(e.g. .option('url', 'amqp://guest:guest@localhost:5672/%2F'))")
-        try:
-            params = ConnectionParams.from_url(str(url))
-        except ValueError as exc:
-            raise ValueError(f"amqp data source: option 'url': {exc}") from None
+        opts, params = normalized(options, KNOWN_OPTIONS, "amqp data source")
+        url = opts["url"]
         queue = opts.get("queue") or opts.get("path")
         if not queue:
             raise ValueError("amqp data source: option 'queue' is required "

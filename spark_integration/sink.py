@@ -16,7 +16,7 @@ from typing import Mapping
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from .amqp import Connection, ConnectionParams
-from .options import _bool, _int
+from .options import _bool, _int, normalized
 from .publish_rows import publish_batches
 from .rows import PROPERTY_FIELDS
 
@@ -55,18 +55,8 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
-        opts = {str(k).lower(): v for k, v in dict(options).items()}
-        unknown = sorted(k for k in opts if k not in SINK_OPTIONS and k not in SPARK_OPTIONS)
-        if unknown:
-            raise ValueError(f"amqp sink: unknown option(s) {', '.join(unknown)}; known options: "
-                             f"{', '.join(sorted(SINK_OPTIONS))}")
-        url = opts.get("url")
-        if not url:
-            raise ValueError("amqp sink: option 'url' is required")
-        try:
-            params = ConnectionParams.from_url(str(url))
-        except ValueError as exc:
-            raise ValueError(f"amqp sink: option 'url': {exc}") from None
+        opts, params = normalized(options, SINK_OPTIONS, "amqp sink", SPARK_OPTIONS)
+        url = opts["url"]
         try:
             return cls(url=str(url), params=params, exchange=opts.get("exchange"),
                        routing_key=opts.get("routingkey"),

@@ -2,7 +2,7 @@
 
 * ``params``: ``ConnectionParams`` from an ``amqp[s]://`` URL (one node or several);
 * ``codec``: properties/deliveries and the ``struct`` encoders and decoders of the hot paths;
-* ``connection``: ``Connection``, one channel: consume, ack, declare;
+* ``connection``: ``Connection``, one channel: consume, ack (+ ``queues``: declare, bind...);
 * ``publishing``: publisher confirms, nacks and mandatory returns (mixed into ``Connection``);
 * ``errors``: the exceptions.
 """

@@ -1,19 +1,14 @@
 """A small blocking AMQP 0-9-1 connection with one channel (the Spark reader, sink and drain).
 
-Why not pika: the reader needs exact control over what happens to unacked deliveries.
-``pika.BlockingChannel.close()``/``basic_cancel()`` nack every delivery it has buffered but not
-yet handed out, which (a) is not what "requeue by closing the channel" means for a classic
-queue and (b) is a connection error (540) on a stream queue, where nack is not supported.  This
-client never nacks: unacked deliveries go back to the queue when the channel or connection
-closes, exactly as the AMQP spec says.
+Why not pika: ``BlockingChannel.close()``/``basic_cancel()`` nack every delivery buffered but
+not yet handed out, which is not "requeue by closing" on a classic queue and is a connection
+error (540) on a stream queue.  This client never nacks: unacked deliveries go back to the
+queue when the channel or connection closes, as the AMQP spec says.
 
-Scope: one connection, one channel (channel 1), PLAIN auth, optional TLS, heartbeats (a
-background thread keeps the connection alive while the caller is busy, e.g. during a long
-Spark write with deliveries held unacked), queue.declare, basic.qos/consume/cancel/ack, and
-publishing with confirms and returns (``publishing.Publishing``).
-
-Hot path: basic.deliver / content header / content body frames are parsed with ``struct``
-straight out of the receive buffer; everything else goes through pamqp.
+One channel (1), PLAIN auth, optional TLS, a heartbeat thread (the connection stays alive
+while the caller is busy, e.g. a long Spark write with deliveries held unacked), declare,
+qos/consume/cancel/ack; publishing with confirms and returns is in ``publishing.py``.
+Deliveries are parsed with ``struct`` straight out of the receive buffer; pamqp does the rest.
 """
 
 from __future__ import annotations
@@ -32,6 +27,7 @@ from .codec import (ACK, CONTENT_HDR, EMPTY_PROPERTIES, FRAME_BODY, FRAME_END, F
 from .errors import AMQPError, ChannelClosed, ConnectionClosed, ConnectionFailed, ConsumerCancelled
 from .params import ConnectionParams
 from .publishing import Publishing
+from .queues import QueueMethods
 
 __all__ = ["Connection"]
 
@@ -43,7 +39,7 @@ _M_NACK = (60 << 16) | 120
 _M_RETURN = (60 << 16) | 50
 
 
-class Connection(Publishing):
+class Connection(QueueMethods, Publishing):
     """A blocking connection with one channel.  Not thread-safe (apart from the heartbeat sender)."""
 
     def __init__(self, params: ConnectionParams, client_name: str = "spark-amqp") -> None:
@@ -219,9 +215,19 @@ class Connection(Publishing):
 
     def _parse(self) -> None:
         buf = self._buf
+        view = memoryview(buf)           # body bytes are copied once, straight from the buffer
+        try:
+            pos = self._parse_frames(buf, view)
+        finally:
+            view.release()
+        if pos:
+            del buf[:pos]
+
+    def _parse_frames(self, buf: bytearray, view: memoryview) -> int:
         n = len(buf)
         pos = 0
         unpack_hdr = HDR.unpack_from
+        deliveries = self._deliveries
         while n - pos >= 8:
             ftype, channel, size = unpack_hdr(buf, pos)
             end = pos + 7 + size
@@ -232,8 +238,14 @@ class Connection(Publishing):
             start = pos + 7
             if ftype == FRAME_BODY:
                 part = self._partial
-                if part is not None:     # (content of a basic.return is dropped)
-                    chunk = bytes(buf[start:end])
+                if part is None:                 # (content of a basic.return is dropped)
+                    pass
+                elif size == part[5] and not part[6]:      # the whole body in one frame
+                    self._partial = None
+                    deliveries.append(Delivery(part[0], part[1], part[2], part[3], part[4],
+                                               bytes(view[start:end]), part[7]))
+                else:
+                    chunk = bytes(view[start:end])
                     part[6].append(chunk)
                     part[5] -= len(chunk)
                     if part[5] <= 0:
@@ -258,8 +270,7 @@ class Connection(Publishing):
                     if body_size == 0:
                         self._complete()
             pos = end + 1
-        if pos:
-            del buf[:pos]
+        return pos
 
     def _complete(self) -> None:
         tag, redelivered, exchange, rkey, props, _left, chunks, ctag = self._partial
@@ -324,27 +335,6 @@ class Connection(Publishing):
             raise self.closed
 
     # ------------------------------------------------------------------ API
-    def queue_declare(self, queue: str, passive: bool = False, durable: bool = False,
-                      exclusive: bool = False, auto_delete: bool = False,
-                      arguments: dict | None = None) -> tuple[str, int, int]:
-        """Returns (name, message_count, consumer_count)."""
-        ok = self._rpc(commands.Queue.Declare(queue=queue, passive=passive, durable=durable,
-                                              exclusive=exclusive, auto_delete=auto_delete,
-                                              arguments=arguments or {}),
-                       commands.Queue.DeclareOk)
-        return ok.queue, ok.message_count, ok.consumer_count
-
-    def queue_bind(self, queue: str, exchange: str, routing_key: str = "",
-                   arguments: dict | None = None) -> None:
-        self._rpc(commands.Queue.Bind(queue=queue, exchange=exchange, routing_key=routing_key,
-                                      arguments=arguments or {}), commands.Queue.BindOk)
-
-    def queue_delete(self, queue: str) -> int:
-        return self._rpc(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk).message_count
-
-    def queue_purge(self, queue: str) -> int:
-        return self._rpc(commands.Queue.Purge(queue=queue), commands.Queue.PurgeOk).message_count
-
     def basic_qos(self, prefetch_count: int, global_: bool = False) -> None:
         self._rpc(commands.Basic.Qos(prefetch_count=prefetch_count, global_=global_),
                   commands.Basic.QosOk)
