@@ -141,17 +141,21 @@ class HeldBatches:
         if self.dedupe is not None:
             self.dedupe.committed(end, planning)
 
-    def fetch(self, start: int, limit: int) -> int:
-        """Take up to ``limit`` deliveries as the batch [start, start + n); returns n."""
+    def fetch(self, start: int, limit: int, first_wait: float | None = None) -> int:
+        """Take up to ``limit`` deliveries as the batch [start, start + n); returns n.
+
+        Waits ``first_wait`` s (default ``idleTimeoutMs``) for the first delivery, then stops
+        after ``idleTimeoutMs`` without one, or after a few idle periods in all."""
         if limit <= 0:
             return 0
         conn = self._connect()
         idle = self.opts.idle(streaming=True)
-        deadline = time.monotonic() + 4 * idle + 0.5     # a trickle must not hold the trigger
+        wait = idle if first_wait is None else first_wait
+        deadline = time.monotonic() + wait + 3 * idle + 0.5  # a trickle must not hold the trigger
         got: list = []
         try:
             while len(got) < limit and time.monotonic() < deadline:
-                more = conn.take(limit - len(got), idle)
+                more = conn.take(limit - len(got), wait if not got else idle)
                 if not more:
                     break
                 got.extend(more)
@@ -236,7 +240,10 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             want = min(want, int(limit.max_rows))
         if self._left is not None:
             want = min(want, self._left)
-        n = self.state.fetch(begin, want)
+        # Trigger.AvailableNow ends at the first empty batch: while messages are known to be
+        # left, give the broker time to deliver them (it may be slow to refill after an ack)
+        first_wait = self.opts.read_timeout if self._left else None
+        n = self.state.fetch(begin, want, first_wait)
         if self._left is not None:
             self._left -= n
         self._last = begin + n
