@@ -31,7 +31,7 @@ import time
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from .amqp import AMQPError, ChannelClosed, Connection
+from .amqp import AMQPError, ChannelClosed, Connection, ConnectionClosed
 from .options import SourceOptions
 from .reader import QueueNotFound, declare_passive
 from .rows import arrow_schema, to_table
@@ -163,6 +163,12 @@ class HeldBatches:
             if exc.code == 404:
                 raise QueueNotFound(f"queue '{self.opts.queue}' was deleted") from None
             raise
+        except ConnectionClosed as exc:
+            # the node went away: what it delivered and we did not ack comes back; the next
+            # trigger reconnects (to another node when the url lists several)
+            log.warning("AMQP connection lost while fetching (%s); reconnecting at the next "
+                        "trigger", exc)
+            got = []
         if not got:
             return 0
         rows = got

@@ -43,11 +43,11 @@ def run_available_now(df, out, ck, timeout=180):
     return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
 
 
-def wait_for(predicate, what, timeout=60):
+def wait_for(predicate, what, timeout=60, every=0.05):
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+        time.sleep(every)
 
 
 @pytest.fixture
@@ -195,3 +195,92 @@ def test_driver_killed_between_sink_commit_and_ack(spark, amqp_url, amqp, tmp_pa
         with Connection.connect(amqp_url) as c:
             for q in queues:
                 c.queue_delete(q)
+
+
+class Proxy:
+    """A TCP forwarder standing in for a cluster node that can die (``kill``)."""
+
+    def __init__(self, target):
+        import socket
+        import threading
+        self.target = target
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.socks = []
+        self.alive = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+        while self.alive:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self.socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def kill(self):
+        import socket
+        self.alive = False
+        self.server.close()
+        for s in self.socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+
+def test_node_dies_under_the_driver_connection(spark, amqp_url, amqp, classic_queue, tmp_path):
+    """url = dying node, live node: the driver's connection goes through the first; it dies
+    while batch 0 is held.  Nothing is lost: the source reconnects to the live node and the
+    unacked batch comes back redelivered (at-least-once)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    from spark_integration.amqp import ConnectionParams
+
+    @F.udf(BinaryType())
+    def slow(b):
+        time.sleep(0.05)
+        return b
+
+    live = ConnectionParams.from_url(amqp_url).nodes()[0]
+    proxy = Proxy(live)
+    url = f"amqp://guest:guest@127.0.0.1:{proxy.port},{live[0]}:{live[1]}/%2F"
+    amqp.publish(classic_queue, bodies(30))
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    q = (queue_stream(spark, url, classic_queue, queueType="classic", maxMessagesPerTrigger=10)
+         .withColumn("body", slow("body")).writeStream.format("parquet").option("path", out)
+         .option("checkpointLocation", ck).trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(ck, "offsets", "0")), "batch 0", 180)
+        proxy.kill()                                  # batch 0 is held, not acked
+        from spark_integration.rows import spark_schema
+        written = lambda: {r.body for r in spark.read.schema(spark_schema()).parquet(out)  # noqa: E731
+                           .select("body").collect()}
+        wait_for(lambda: written() == set(bodies(30)), "every message in the output", 180, 0.5)
+        wait_for(lambda: amqp.depth(classic_queue) == 0, "the queue to be drained")
+    finally:
+        q.stop()
+    assert q.exception() is None
+    rows = spark.read.parquet(out).select("body", "redelivered").collect()
+    assert {r.body for r in rows} == set(bodies(30))
+    assert len(rows) >= 30 and any(r.redelivered for r in rows)   # batch 0 came back
