@@ -197,58 +197,8 @@ def test_driver_killed_between_sink_commit_and_ack(spark, amqp_url, amqp, tmp_pa
                 c.queue_delete(q)
 
 
-class Proxy:
-    """A TCP forwarder standing in for a cluster node that can die (``kill``)."""
-
-    def __init__(self, target):
-        import socket
-        import threading
-        self.target = target
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.socks = []
-        self.alive = True
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        import socket
-        import threading
-        while self.alive:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            self.socks += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(a, b):
-        try:
-            while data := a.recv(65536):
-                b.sendall(data)
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.close()
-            except OSError:
-                pass
-
-    def kill(self):
-        import socket
-        self.alive = False
-        self.server.close()
-        for s in self.socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-                s.close()
-            except OSError:
-                pass
-
-
-def test_node_dies_under_the_driver_connection(spark, amqp_url, amqp, classic_queue, tmp_path):
+def test_node_dies_under_the_driver_connection(spark, amqp_url, amqp, classic_queue, tmp_path,
+                                               node_proxy):
     """url = dying node, live node: the driver's connection goes through the first; it dies
     while batch 0 is held.  Nothing is lost: the source reconnects to the live node and the
     unacked batch comes back redelivered (at-least-once)."""
@@ -263,7 +213,7 @@ def test_node_dies_under_the_driver_connection(spark, amqp_url, amqp, classic_qu
         return b
 
     live = ConnectionParams.from_url(amqp_url).nodes()[0]
-    proxy = Proxy(live)
+    proxy = node_proxy(live)
     url = f"amqp://guest:guest@127.0.0.1:{proxy.port},{live[0]}:{live[1]}/%2F"
     amqp.publish(classic_queue, bodies(30))
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
