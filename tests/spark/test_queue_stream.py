@@ -155,9 +155,9 @@ KILLED_DRIVER = textwrap.dedent("""
         if name == "dedupe":
             r = r.option("dedupe", "messageId").option("stateLocation", f"{tmp}/state-{name}")
         # a long trigger interval: after batch 0 commits, the next latestOffset (which acks
-        # it) is a minute away, so the kill lands between the sink commit and the ack
+        # it) is ten minutes away, so the kill lands between the sink commit and the ack
         (r.load().writeStream.format("parquet").option("path", f"{tmp}/out-{name}")
-         .option("checkpointLocation", f"{tmp}/ck-{name}").trigger(processingTime="60 seconds")
+         .option("checkpointLocation", f"{tmp}/ck-{name}").trigger(processingTime="10 minutes")
          .start())
     spark.streams.awaitAnyTermination()
 """)
