@@ -1,9 +1,11 @@
-"""Spark integration: drain AMQP 0-9-1 queues into DataFrames.
+"""Spark integration: AMQP 0-9-1 queues into DataFrames and DataFrames into exchanges.
 
 * ``spark_integration.drain.drain(url, queue, output, ...)`` / ``python -m spark_integration.drain``:
   batch drain of a classic/quorum queue, acking each chunk only after it was written.
 * ``register(spark)`` then ``spark.read.format("amqp")`` / ``spark.readStream.format("amqp")``:
-  the PySpark data source (stream queues replayed by offset for exactly-once streaming).
+  the PySpark data source (stream queues replayed by offset; classic and quorum queues acked
+  once Spark committed the micro-batch, optionally deduplicated on message_id);
+  ``df.write.format("amqp")`` / ``df.writeStream.format("amqp")``: the sink (confirms).
 
 See spark_integration/README.md for the design, the row schema and the guarantees.
 """

@@ -38,12 +38,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .amqp import AMQPError, ConnectionParams
+from .chunk_writers import (ENGINES, FORMATS, arrow_chunk_writer, check_format, pick_engine,
+                            spark_chunk_writer)
 from .reader import connect, declare_passive, fetch_round
 from .rows import to_table
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("parquet", "orc", "json")
+__all__ = ["drain", "run_drain", "drain_queue", "DrainStats", "AckLostError", "FORMATS",
+           "ENGINES", "arrow_chunk_writer", "spark_chunk_writer", "check_format"]
+
 DEFAULT_CHUNK = 100_000
 
 
@@ -73,13 +77,6 @@ class DrainStats:
                 "seconds": round(self.seconds, 3), "msgs_per_s": round(self.rate, 1),
                 "consume_seconds": round(self.consume_seconds, 3),
                 "write_seconds": round(self.write_seconds, 3)}
-
-
-def check_format(fmt: str) -> str:
-    value = str(fmt).strip().lower()
-    if value not in FORMATS:
-        raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    return value
 
 
 class _Chunk:
@@ -282,41 +279,6 @@ def drain_queue(url: str | ConnectionParams, queue: str,
 
 
 # ---------------------------------------------------------------------------- Spark
-def _list_files(spark, path: str) -> set[str] | None:
-    """Data files under ``path`` (Hadoop FS, so s3a://, hdfs:// work too); None if unknown."""
-    try:
-        jvm = spark._jvm
-        jpath = jvm.org.apache.hadoop.fs.Path(path)
-        fs = jpath.getFileSystem(spark._jsc.hadoopConfiguration())
-        if not fs.exists(jpath):
-            return set()
-        out = set()
-        for st in fs.listStatus(jpath):
-            name = st.getPath().getName()
-            if st.isFile() and not name.startswith(("_", ".")):
-                out.add(st.getPath().toString())
-        return out
-    except Exception:  # Spark Connect or an exotic FS: fall back to reading the directory
-        return None
-
-
-def spark_chunk_writer(spark, output: str, fmt: str = "parquet",
-                       write_options: dict | None = None) -> Callable:
-    fmt = check_format(fmt)
-    opts = dict(write_options or {})
-
-    def write(table, index: int) -> list[str] | None:
-        before = _list_files(spark, output)
-        df = spark.createDataFrame(table)
-        df.coalesce(1).write.format(fmt).mode("append").options(**opts).save(output)
-        after = _list_files(spark, output)
-        if before is None or after is None:
-            return None
-        return sorted(after - before)
-
-    return write
-
-
 def _session(spark=None):
     if spark is not None:
         return spark
@@ -327,13 +289,20 @@ def _session(spark=None):
 
 def run_drain(url: str, queue: str, output: str, format: str = "parquet", *,
               max_messages: int | None = None, spark=None, chunk_size: int = DEFAULT_CHUNK,
-              idle_timeout: float = 1.0, write_options: dict | None = None) -> DrainStats:
-    """Drain and return statistics (see ``drain`` for the DataFrame)."""
+              idle_timeout: float = 1.0, write_options: dict | None = None,
+              engine: str = "auto") -> DrainStats:
+    """Drain and return statistics (see ``drain`` for the DataFrame).  ``engine``: ``arrow``
+    (pyarrow writes each chunk from the driver; parquet/orc), ``spark`` (one Spark job per
+    chunk) or ``auto`` (arrow unless the format is json or ``write_options`` are given)."""
     fmt = check_format(format)
+    engine = pick_engine(engine, fmt, write_options)
     params = ConnectionParams.from_url(url)
-    spark = _session(spark)
     stats = DrainStats(queue, output, fmt)
-    drain_queue(params, queue, spark_chunk_writer(spark, output, fmt, write_options),
+    if engine == "arrow":
+        writer = arrow_chunk_writer(output, fmt)
+    else:
+        writer = spark_chunk_writer(_session(spark), output, fmt, write_options)
+    drain_queue(params, queue, writer,
                 chunk_size=chunk_size, max_messages=max_messages, idle_timeout=idle_timeout,
                 stats=stats)
     return stats
@@ -341,14 +310,15 @@ def run_drain(url: str, queue: str, output: str, format: str = "parquet", *,
 
 def drain(url: str, queue: str, output: str, format: str = "parquet", *,
           max_messages: int | None = None, spark=None, chunk_size: int = DEFAULT_CHUNK,
-          idle_timeout: float = 1.0, write_options: dict | None = None):
+          idle_timeout: float = 1.0, write_options: dict | None = None,
+          engine: str = "auto"):
     """Drain ``queue`` into ``output`` and return a DataFrame of the messages drained
     (read back from the files this call wrote; empty DataFrame when the queue was empty)."""
     from .rows import spark_schema
     spark = _session(spark)
     stats = run_drain(url, queue, output, format, max_messages=max_messages, spark=spark,
                       chunk_size=chunk_size, idle_timeout=idle_timeout,
-                      write_options=write_options)
+                      write_options=write_options, engine=engine)
     schema = spark_schema()
     if stats.messages == 0:
         return spark.createDataFrame([], schema)
@@ -373,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"messages per chunk / output file (default {DEFAULT_CHUNK})")
     p.add_argument("--idle-timeout", type=float, default=1.0,
                    help="seconds without a delivery after which the queue counts as drained")
+    p.add_argument("--engine", default="auto", type=str.lower, choices=ENGINES,
+                   help="arrow: pyarrow writes each chunk (parquet/orc, no Spark job per "
+                        "chunk); spark: one Spark job per chunk; auto (default): arrow unless "
+                        "--format json")
     p.add_argument("--master", default=None,
                    help="Spark master (default: spark-submit's, else local[*])")
     return p
@@ -399,15 +373,18 @@ def main(argv: list[str] | None = None) -> int:
     except (AMQPError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    from pyspark.sql import SparkSession
-    builder = SparkSession.builder.appName(f"amqp-drain-{args.queue}")
-    if args.master:
-        builder = builder.master(args.master)
-    spark = builder.getOrCreate()
+    spark = None
+    if pick_engine(args.engine, args.format, None) == "spark":   # arrow needs no Spark
+        from pyspark.sql import SparkSession
+        builder = SparkSession.builder.appName(f"amqp-drain-{args.queue}")
+        if args.master:
+            builder = builder.master(args.master)
+        spark = builder.getOrCreate()
     try:
         stats = run_drain(args.url, args.queue, args.output, args.format,
                           max_messages=args.max_messages, spark=spark,
-                          chunk_size=args.chunk_size, idle_timeout=args.idle_timeout)
+                          chunk_size=args.chunk_size, idle_timeout=args.idle_timeout,
+                          engine=args.engine)
     except (AMQPError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -13,6 +13,7 @@ from .amqp import ConnectionParams
 
 QUEUE_TYPES = ("auto", "classic", "quorum", "stream")
 ACK_MODES = ("peek", "onread")
+DEDUPE_MODES = ("none", "messageid")
 
 # lower-cased option name -> description (also the list of accepted options)
 KNOWN_OPTIONS = {
@@ -25,7 +26,14 @@ KNOWN_OPTIONS = {
     "numpartitions": "number of Spark partitions / parallel consumers (default 1)",
     "batchsize": "rows per Arrow record batch (default 10000)",
     "idletimeoutms": "classic queues: a consumer stops after this long without a delivery "
-                     "(default 1000)",
+                     "(default 1000; streaming: 250)",
+    "maxmessagespertrigger": "classic/quorum queues, streaming: at most this many messages per "
+                             "micro-batch (default 10000)",
+    "dedupe": "classic/quorum queues, streaming: none (default) | messageId (exactly-once for "
+              "publishers that set message_id; needs stateLocation)",
+    "statelocation": "directory for the dedupe state (local path or a pyarrow filesystem URI "
+                     "such as s3://bucket/path); one per query, kept with its checkpoint",
+    "dedupewindowseconds": "how long a message_id is remembered (default 600)",
     "startingoffsets": "stream queues: earliest | latest | <offset> "
                        "(default: earliest for batch, latest for streaming)",
     "endingoffsets": "stream queues, batch: latest (default) | <offset> (exclusive)",
@@ -90,6 +98,24 @@ def parse_offset_spec(raw: str | int | None, key: str, allowed: tuple[str, ...])
     return value
 
 
+def normalized(options: Mapping[str, str], known, what: str,
+               ignored: tuple[str, ...] = ("path",)) -> tuple[dict, ConnectionParams]:
+    """Lower-cased options (unknown names refused) and the parsed, required ``url``."""
+    opts = {str(k).lower(): v for k, v in dict(options).items()}
+    unknown = sorted(k for k in opts if k not in known and k not in ignored)
+    if unknown:
+        raise ValueError(f"{what}: unknown option(s) {', '.join(unknown)}; "
+                         f"known options: {', '.join(sorted(known))}")
+    url = opts.get("url")
+    if not url:
+        raise ValueError(f"{what}: option 'url' is required "
+                         "(e.g. .option('url', 'amqp://guest:guest@localhost:5672/%2F'))")
+    try:
+        return opts, ConnectionParams.from_url(str(url))
+    except ValueError as exc:
+        raise ValueError(f"{what}: option 'url': {exc}") from None
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     url: str
@@ -101,7 +127,11 @@ class SourceOptions:
     max_messages: int | None = None
     num_partitions: int = 1
     batch_size: int = 10000
-    idle_timeout: float = 1.0
+    idle_timeout: float | None = None      # None: 1 s for batch reads, 0.25 s for streaming
+    max_messages_per_trigger: int = 10000
+    dedupe: str = "none"
+    state_location: str | None = None
+    dedupe_window: float = 600.0
     starting_offsets: str | int | None = None
     ending_offsets: str | int = "latest"
     max_offsets_per_trigger: int | None = None
@@ -111,19 +141,8 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
-        opts = {str(k).lower(): v for k, v in dict(options).items()}
-        unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS and k != "path")
-        if unknown:
-            raise ValueError(f"amqp data source: unknown option(s) {', '.join(unknown)}; "
-                             f"known options: {', '.join(sorted(KNOWN_OPTIONS))}")
-        url = opts.get("url")
-        if not url:
-            raise ValueError("amqp data source: option 'url' is required "
-                             "(e.g. .option('url', 'amqp://guest:guest@localhost:5672/%2F'))")
-        try:
-            params = ConnectionParams.from_url(str(url))
-        except ValueError as exc:
-            raise ValueError(f"amqp data source: option 'url': {exc}") from None
+        opts, params = normalized(options, KNOWN_OPTIONS, "amqp data source")
+        url = opts["url"]
         queue = opts.get("queue") or opts.get("path")
         if not queue:
             raise ValueError("amqp data source: option 'queue' is required "
@@ -145,6 +164,18 @@ class SourceOptions:
                 if key in opts:
                     raise ValueError(f"amqp data source: option '{key}' only applies to stream "
                                      f"queues, but queueType is {qtype}")
+        dedupe = str(opts.get("dedupe", "none")).strip().lower()
+        if dedupe not in DEDUPE_MODES:
+            raise ValueError(f"amqp data source: option 'dedupe' must be none or messageId, "
+                             f"got {opts['dedupe']!r}")
+        if dedupe != "none" and not opts.get("statelocation"):
+            raise ValueError("amqp data source: dedupe=messageId needs option 'stateLocation' "
+                             "(a directory that survives restarts, one per query)")
+        if qtype == "stream":
+            for key in ("maxmessagespertrigger", "dedupe"):
+                if key in opts:
+                    raise ValueError(f"amqp data source: option '{key}' only applies to "
+                                     f"classic/quorum queues (a stream is replayed by offset)")
         if qtype == "stream" and "ackmode" in opts:
             raise ValueError("amqp data source: option 'ackMode' only applies to classic/quorum "
                              "queues (reading a stream never removes messages)")
@@ -155,17 +186,27 @@ class SourceOptions:
             max_messages=_int(opts, "maxmessages", None, minimum=0),
             num_partitions=num_partitions,
             batch_size=_int(opts, "batchsize", 10000),
-            idle_timeout=_int(opts, "idletimeoutms", 1000, minimum=0) / 1000.0,
+            idle_timeout=(None if opts.get("idletimeoutms") in (None, "") else
+                          _int(opts, "idletimeoutms", 1000, minimum=0) / 1000.0),
+            max_messages_per_trigger=_int(opts, "maxmessagespertrigger", 10000),
+            dedupe=dedupe,
+            state_location=(str(opts["statelocation"]) if opts.get("statelocation") else None),
+            dedupe_window=float(_int(opts, "dedupewindowseconds", 600)),
             starting_offsets=starting,
             ending_offsets=ending if ending is not None else "latest",
             max_offsets_per_trigger=_int(opts, "maxoffsetspertrigger", None),
             fail_on_data_loss=_bool(opts, "failondataloss", True),
             read_timeout=_int(opts, "readtimeoutms", 30000) / 1000.0,
             probe_timeout=_int(opts, "probetimeoutms", 2000) / 1000.0,
-        ).checked(qtype)
+        )
+
+    def idle(self, streaming: bool = False) -> float:
+        if self.idle_timeout is not None:
+            return self.idle_timeout
+        return 0.25 if streaming else 1.0
 
     def checked(self, queue_type: str) -> "SourceOptions":
-        """Checks that depend on the queue type (called again once ``auto`` is resolved)."""
+        """Checks of a batch read that depend on the queue type (once ``auto`` is resolved)."""
         if queue_type in ("classic", "quorum") and self.ack_mode == "peek" and self.num_partitions > 1:
             raise ValueError(
                 "amqp data source: ackMode=peek reads a classic queue with a single consumer "

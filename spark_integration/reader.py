@@ -24,8 +24,8 @@ import urllib.request
 from base64 import b64encode
 from typing import Iterator, NamedTuple
 
-from .amqp import (MAX_PREFETCH, AMQPError, ChannelClosed, Connection, ConnectionParams,
-                   Delivery)
+from .amqp import (MAX_PREFETCH, AMQPError, ChannelClosed, Connection, ConnectionClosed,
+                   ConnectionParams, Delivery)
 from .rows import stream_offset, to_record_batch
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,10 @@ class QueueInfo(NamedTuple):
 
 
 # ---------------------------------------------------------------------------- connections
-def connect(params: ConnectionParams) -> Connection:
-    return Connection.connect(params)
+def connect(params: ConnectionParams, prefer: int = 0) -> Connection:
+    """Connect; with several nodes in the url, start at node ``prefer`` (partitions pass their
+    index, so their connections spread over the nodes)."""
+    return Connection.connect(params, prefer=prefer)
 
 
 def declare_passive(conn: Connection, queue: str) -> int:
@@ -158,7 +160,8 @@ def fetch_round(conn: Connection, queue: str, want: int, idle_timeout: float,
 
 
 def read_classic(params: ConnectionParams, queue: str, budget: int, ack_mode: str = "peek",
-                 batch_rows: int = 10000, idle_timeout: float = 1.0) -> Iterator:
+                 batch_rows: int = 10000, idle_timeout: float = 1.0,
+                 prefer: int = 0) -> Iterator:
     """Yield Arrow batches of up to ``budget`` messages from a classic/quorum queue.
 
     peek:   one consumer with prefetch = budget; nothing is acked; closing the connection
@@ -169,7 +172,7 @@ def read_classic(params: ConnectionParams, queue: str, budget: int, ack_mode: st
     """
     if budget <= 0:
         return
-    conn = connect(params)
+    conn = connect(params, prefer)
     try:
         if ack_mode == "peek":
             conn.consume_limited(queue, budget)
@@ -273,56 +276,96 @@ def split_range(start: int, end: int, parts: int) -> list[tuple[int, int]]:
 
 def read_stream_range(params: ConnectionParams, queue: str, start: int, end: int,
                       batch_rows: int = 10000, read_timeout: float = 30.0,
-                      fail_on_data_loss: bool = True) -> Iterator:
-    """Yield Arrow batches with exactly the messages whose offset is in [start, end)."""
+                      fail_on_data_loss: bool = True, prefer: int = 0) -> Iterator:
+    """Yield Arrow batches with exactly the messages whose offset is in [start, end).
+
+    If the connection is lost (its node died), the read reconnects, to the next node of the
+    url when it lists several, and resumes at the offset after the last one it kept: offsets
+    never change, so nothing is read twice or skipped.  It gives up after as many failed
+    connections in a row as the url has nodes (at least 2)."""
     if end <= start:
         return
     credit = min(max(batch_rows, 1000), MAX_PREFETCH)
-    conn = connect(params)
+    attempts = max(2, len(params.nodes()))
+    state = _RangeState(start)
+    failures = 0
+    conn = None
     try:
-        conn.basic_qos(credit)
-        consume_stream(conn, queue, start)
-        rows: list[Delivery] = []
-        first = True
-        last = None
-        done = False
-        while not done:
-            got = conn.take(credit, read_timeout)
-            if not got:
-                raise TimeoutError(
-                    f"stream '{queue}': no delivery for {read_timeout:.0f}s while reading offsets "
-                    f"[{start}, {end}) (last offset seen: {last}); were they removed by retention?")
-            for d in got:
-                off = stream_offset(d.properties.headers)
-                if off is None:
-                    raise AMQPError(f"queue '{queue}' is not a stream queue (delivery without "
-                                    f"x-stream-offset header)")
-                if first:
-                    first = False
-                    if off > start:
-                        msg = (f"stream '{queue}': offsets [{start}, {off}) are no longer "
-                               f"available (retention?)")
-                        if fail_on_data_loss:
-                            raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
-                        log.warning(msg)
-                last = off
-                if off < start:
-                    continue
-                if off >= end:
-                    done = True
-                    break
-                rows.append(d)
-                if off >= end - 1:
-                    done = True
-                    break
-            conn.basic_ack(got[-1].delivery_tag, multiple=True)  # stream credit
-            if len(rows) >= batch_rows:
-                yield from batches(rows, queue, True, batch_rows)
-                rows = []
-        if rows:
-            yield from batches(rows, queue, True, batch_rows)
+        while state.resume < end:
+            conn = connect(params, prefer + failures)
+            try:
+                conn.basic_qos(credit)
+                consume_stream(conn, queue, state.resume)
+                yield from _read_from(conn, queue, state, end, batch_rows, credit, read_timeout,
+                                      fail_on_data_loss)
+            except ConnectionClosed as exc:
+                conn.abort()
+                failures += 1
+                if failures >= attempts:
+                    raise
+                log.warning("stream '%s': connection lost at offset %d (%s); reconnecting",
+                            queue, state.resume, exc)
+                continue
+            failures = 0
+        if state.rows:
+            yield from batches(state.rows, queue, True, batch_rows)
     except BaseException:
-        conn.abort()
+        if conn is not None:
+            conn.abort()
         raise
     else:
-        conn.close()
+        if conn is not None:
+            conn.close()
+
+
+class _RangeState:
+    """Progress of a range read, kept across reconnections."""
+    __slots__ = ("resume", "rows")
+
+    def __init__(self, start: int) -> None:
+        self.resume = start                   # next offset to keep
+        self.rows: list[Delivery] = []        # kept, not yielded yet
+
+
+def _read_from(conn: Connection, queue: str, state: _RangeState, end: int, batch_rows: int,
+               credit: int, read_timeout: float, fail_on_data_loss: bool):
+    """Consume from ``state.resume`` (the consumer is open) until ``end``, yielding full
+    batches; ``state`` always says what was kept, even when the connection fails."""
+    first = True
+    last = None
+    start = state.resume
+    rows = state.rows
+    while state.resume < end:
+        got = conn.take(credit, read_timeout)
+        if not got:
+            raise TimeoutError(
+                f"stream '{queue}': no delivery for {read_timeout:.0f}s while reading offsets "
+                f"[{start}, {end}) (last offset seen: {last}); were they removed by retention?")
+        for d in got:
+            off = stream_offset(d.properties.headers)
+            if off is None:
+                raise AMQPError(f"queue '{queue}' is not a stream queue (delivery without "
+                                f"x-stream-offset header)")
+            if first:
+                first = False
+                if off > start:
+                    msg = (f"stream '{queue}': offsets [{start}, {off}) are no longer "
+                           f"available (retention?)")
+                    if fail_on_data_loss:
+                        raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+                    log.warning(msg)
+            last = off
+            if off < state.resume:
+                continue
+            if off >= end:
+                state.resume = end
+                break
+            rows.append(d)
+            state.resume = off + 1
+            if state.resume >= end:
+                break
+        conn.basic_ack(got[-1].delivery_tag, multiple=True)  # stream credit
+        if len(rows) >= batch_rows:
+            state.rows = []
+            yield from batches(rows, queue, True, batch_rows)
+            rows = state.rows

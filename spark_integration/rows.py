@@ -197,6 +197,29 @@ def spark_schema():
     ])
 
 
+def _headers_array(header_col: list):
+    """map<string,string> column from header dicts (None = null map), built from flat
+    key/value arrays (much cheaper than converting a list of lists of pairs)."""
+    import pyarrow as pa
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str | None] = []
+    nulls = []
+    for h in header_col:
+        if h is None:
+            nulls.append(True)
+        else:
+            nulls.append(False)
+            for k, v in h.items():
+                keys.append(k if type(k) is str else str(k))
+                values.append(v if type(v) is str else render_value(v))
+        offsets.append(len(keys))
+    mask = pa.array(nulls, type=pa.bool_()) if any(nulls) else None
+    return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()),
+                                   pa.array(keys, type=pa.string()),
+                                   pa.array(values, type=pa.string()), mask=mask)
+
+
 def to_record_batch(deliveries: Sequence[Delivery], queue: str, stream: bool = False):
     """Build one Arrow RecordBatch (columnar, one pass per column) from deliveries."""
     import pyarrow as pa
@@ -217,8 +240,7 @@ def to_record_batch(deliveries: Sequence[Delivery], queue: str, stream: bool = F
     else:
         header_col = [p[2] for p in props]
         if header_col.count(None) != n:
-            headers = pa.array([None if h is None else render_headers(h) for h in header_col],
-                               type=headers_type)
+            headers = _headers_array(header_col)
             if stream:
                 offsets = [stream_offset(h) for h in header_col]
         else:

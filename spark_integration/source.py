@@ -3,6 +3,7 @@
     spark.dataSource.register(AmqpDataSource)
     spark.read.format("amqp").option("url", url).option("queue", "q").load()
     spark.readStream.format("amqp").option("url", url).option("queue", "s").load()
+    df.write.format("amqp").option("url", url).option("exchange", "x").save()   # sink.py
 
 Readers return Arrow record batches.  The JVM-free logic lives in ``reader.py``.
 """
@@ -50,6 +51,13 @@ class StreamRange(InputPartition):
         return f"StreamRange({self.start}, {self.end})"
 
 
+def _partition_id() -> int:
+    """The Spark partition this task reads (spreads connections over the url's nodes)."""
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
 def _check_schema(schema) -> None:
     expected = spark_schema()
     if schema is not None and schema != expected:
@@ -62,11 +70,30 @@ class AmqpDataSource(DataSource):
 
     def __init__(self, options) -> None:
         super().__init__(options)
-        self.opts = SourceOptions.parse(options)  # fails fast on bad/missing options
+        self._opts: SourceOptions | None = None
+
+    @property
+    def opts(self) -> SourceOptions:
+        """Reader options, parsed (and checked) on first use: load() fails fast on them."""
+        if self._opts is None:
+            self._opts = SourceOptions.parse(self.options)
+        return self._opts
 
     @classmethod
     def name(cls) -> str:
         return "amqp"
+
+    def writer(self, schema, overwrite: bool):
+        from .sink import AmqpWriter, SinkOptions, check_sink_schema
+        opts = SinkOptions.parse(self.options)
+        check_sink_schema(schema, opts)
+        return AmqpWriter(opts)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from .sink import AmqpStreamWriter, SinkOptions, check_sink_schema
+        opts = SinkOptions.parse(self.options)
+        check_sink_schema(schema, opts)
+        return AmqpStreamWriter(opts)
 
     def schema(self):
         # Called when load() is evaluated: also check that the broker is reachable and the
@@ -80,10 +107,17 @@ class AmqpDataSource(DataSource):
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         _check_schema(schema)
-        if self.opts.queue_type in ("classic", "quorum"):
-            raise ValueError("amqp data source: readStream needs a stream queue (x-queue-type "
-                             "stream); read classic/quorum queues with spark.read or drain()")
-        return AmqpStreamReader(self.opts)
+        o = self.opts
+        qtype = o.queue_type
+        if qtype == "auto":
+            qtype = R.inspect_queue(o.params, o.queue, "auto", o.admin_url, o.probe_timeout).type
+        if qtype in ("classic", "quorum"):
+            from .queue_stream import QueueStreamReader
+            return QueueStreamReader(o)
+        if o.dedupe != "none":
+            raise ValueError("amqp data source: dedupe only applies to classic/quorum queues "
+                             "(a stream queue is replayed by offset and is exactly-once already)")
+        return AmqpStreamReader(o)
 
 
 class AmqpBatchReader(DataSourceReader):
@@ -110,9 +144,10 @@ class AmqpBatchReader(DataSourceReader):
         o = self.opts
         if isinstance(partition, StreamRange):
             return R.read_stream_range(o.params, o.queue, partition.start, partition.end,
-                                       o.batch_size, o.read_timeout, o.fail_on_data_loss)
+                                       o.batch_size, o.read_timeout, o.fail_on_data_loss,
+                                       prefer=_partition_id())
         return R.read_classic(o.params, o.queue, partition.budget, o.ack_mode, o.batch_size,
-                              o.idle_timeout)
+                              o.idle(), prefer=partition.index)
 
 
 class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -177,7 +212,8 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition):
         o = self.opts
         return R.read_stream_range(o.params, o.queue, partition.start, partition.end,
-                                   o.batch_size, o.read_timeout, o.fail_on_data_loss)
+                                   o.batch_size, o.read_timeout, o.fail_on_data_loss,
+                                   prefer=_partition_id())
 
     def commit(self, end: dict) -> None:
         pass  # Spark's checkpoint is the source of truth; a stream keeps its messages

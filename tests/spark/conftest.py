@@ -182,3 +182,68 @@ class AmqpHelper:
 @pytest.fixture
 def amqp(amqp_url) -> AmqpHelper:
     return AmqpHelper(amqp_url)
+
+
+class Proxy:
+    """A TCP forwarder standing in for a cluster node that can die (``kill``)."""
+
+    def __init__(self, target):
+        import socket
+        import threading
+        self.target = target
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.socks = []
+        self.alive = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+        while self.alive:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self.socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def kill(self):
+        import socket
+        self.alive = False
+        self.server.close()
+        for s in self.socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def node_proxy():
+    """Factory of TCP forwarders to a (host, port): a cluster node that the test can kill.
+    Every proxy is killed at teardown."""
+    made = []
+
+    def make(target):
+        made.append(Proxy(target))
+        return made[-1]
+    yield make
+    for p in made:
+        p.kill()

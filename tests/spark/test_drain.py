@@ -47,6 +47,18 @@ def test_drain_other_formats_round_trip(spark, amqp_url, amqp, classic_queue, tm
     assert amqp.depth(classic_queue) == 0
 
 
+def test_arrow_engine_output_cannot_be_created(amqp_url, amqp, classic_queue, tmp_path):
+    """engine=arrow checks the output directory before taking any message."""
+    amqp.publish(classic_queue, [f"m{i}".encode() for i in range(10)])
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("occupied")
+    with pytest.raises(OSError):
+        D.run_drain(amqp_url, classic_queue, str(not_a_dir), engine="arrow", spark=object())
+    back = amqp.take_all(classic_queue, 10)
+    assert [d.body for d in back] == [f"m{i}".encode() for i in range(10)]
+    assert not any(d.redelivered for d in back)            # none was even delivered
+
+
 def test_drain_empty_queue(spark, amqp_url, classic_queue, tmp_path):
     df = D.drain(amqp_url, classic_queue, str(tmp_path / "o"), spark=spark)
     assert df.count() == 0 and df.schema == spark_schema()
@@ -58,7 +70,8 @@ def test_failed_write_leaves_every_message_in_the_queue(spark, amqp_url, amqp, c
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("occupied")                      # Spark cannot write under a file
     with pytest.raises(Exception) as info:  # noqa: B017 - whatever Spark raises for it
-        D.drain(amqp_url, classic_queue, str(not_a_dir), spark=spark, chunk_size=25)
+        D.drain(amqp_url, classic_queue, str(not_a_dir), spark=spark, chunk_size=25,
+                engine="spark")
     assert "file" in str(info.value).lower() or "exist" in str(info.value).lower()
     back = amqp.take_all(classic_queue, 60)
     assert [d.body for d in back] == [f"m{i}".encode() for i in range(60)]   # nothing acked
@@ -87,7 +100,7 @@ def test_task_failure_in_second_chunk(spark, amqp_url, amqp, classic_queue, tmp_
     amqp.publish(classic_queue, [f"m{i}".encode() for i in range(250)])
     out = str(tmp_path / "out")
     with pytest.raises(Exception, match="simulated executor failure"):
-        D.drain(amqp_url, classic_queue, out, spark=spark, chunk_size=100)
+        D.drain(amqp_url, classic_queue, out, spark=spark, chunk_size=100, engine="spark")
     written = sorted(r.body for r in spark.read.parquet(out).collect())
     assert written == sorted(f"m{i}".encode() for i in range(100))
     back = amqp.take_all(classic_queue, 150)

@@ -48,8 +48,9 @@ def test_option_names_are_case_insensitive():
     ({"maxOffsetPerTrigger": "5"}, "unknown option(s) maxoffsetpertrigger"),
     ({"queueType": "classic", "startingOffsets": "earliest"}, "only applies to stream queues"),
     ({"queueType": "stream", "ackMode": "onRead"}, "only applies to classic/quorum"),
-    ({"queueType": "classic", "numPartitions": "2"}, "ackMode=peek reads a classic queue with a "
-                                                     "single consumer"),
+    ({"dedupe": "yes"}, "option 'dedupe' must be none or messageId"),
+    ({"dedupe": "messageId"}, "needs option 'stateLocation'"),
+    ({"queueType": "stream", "maxMessagesPerTrigger": "5"}, "only applies to classic/quorum"),
 ])
 def test_bad_options_fail_fast(kw, message):
     with pytest.raises(ValueError) as info:
@@ -91,3 +92,25 @@ def test_url_query_parameters_and_redaction():
     p = ConnectionParams.from_url("amqp://u:secret@h/?heartbeat=0&connection_timeout=2.5")
     assert p.heartbeat == 0 and p.connect_timeout == 2.5
     assert "secret" not in p.redacted()
+
+
+def test_url_with_several_nodes():
+    p = ConnectionParams.from_url("amqps://u:p%40ss@n1:5671,n2,[::1]:5999/prod?heartbeat=5")
+    assert p.nodes() == (("n1", 5671), ("n2", 5671), ("::1", 5999))
+    assert (p.host, p.port, p.password, p.vhost, p.heartbeat) == ("n1", 5671, "p@ss", "prod", 5)
+    assert p.redacted() == "amqps://u@n1:5671,n2:5671,::1:5999/prod"
+    with pytest.raises(ValueError, match="empty host"):
+        ConnectionParams.from_url("amqp://a:1,,b:2/")
+
+
+def test_connect_tries_the_next_node(amqp_url):
+    """A dead node first: the connection goes to the live one; `prefer` picks the start."""
+    from spark_integration.amqp import Connection, ConnectionFailed
+    live = ConnectionParams.from_url(amqp_url).nodes()[0]
+    url = f"amqp://guest:guest@127.0.0.1:1,{live[0]}:{live[1]}/%2F"
+    with Connection.connect(url) as c:
+        assert c.node == live
+    with Connection.connect(url, prefer=1) as c:
+        assert c.node == live
+    with pytest.raises(ConnectionFailed, match="cannot connect to any of 2 AMQP nodes"):
+        Connection.connect("amqp://guest:guest@127.0.0.1:1,127.0.0.1:2/%2F")

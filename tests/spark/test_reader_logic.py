@@ -34,7 +34,7 @@ def params(url):
 
 # ------------------------------------------------------------------------------- client
 def test_consume_limited_spreads_large_prefetch_over_consumers(amqp, classic_queue, monkeypatch):
-    monkeypatch.setattr(A, "MAX_PREFETCH", 4)
+    monkeypatch.setattr(A.connection, "MAX_PREFETCH", 4)
     amqp.publish(classic_queue, bodies(20))
     with amqp.connect() as c:
         tags = c.consume_limited(classic_queue, 10)      # 4 + 4 + 2
@@ -375,3 +375,19 @@ def test_stream_range_on_a_classic_queue_is_an_error(amqp_url, amqp, classic_que
     with pytest.raises(A.AMQPError, match="not a stream queue"):
         list(R.read_stream_range(params(amqp_url), classic_queue, 0, 2, read_timeout=2))
     assert amqp.depth(classic_queue) == 2
+
+
+def test_stream_range_survives_its_node_dying(amqp_url, amqp, stream_queue, node_proxy, caplog):
+    """url = node through a proxy, then the live node: the proxy dies after the first batch;
+    the read reconnects and resumes after the last offset it kept (nothing twice, no gap)."""
+    amqp.publish(stream_queue, bodies(3000, "s"))        # more than one credit window (1000)
+    live = params(amqp_url).nodes()[0]
+    proxy = node_proxy(live)
+    url = f"amqp://guest:guest@127.0.0.1:{proxy.port},{live[0]}:{live[1]}/%2F"
+    reader = R.read_stream_range(params(url), stream_queue, 20, 2900, batch_rows=50)
+    first = next(reader)
+    proxy.kill()
+    offsets = first.column("offset").to_pylist() + [
+        o for b in reader for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(20, 2900))
+    assert "connection lost at offset" in caplog.text                 # it did reconnect

@@ -1,21 +1,14 @@
-"""A small blocking AMQP 0-9-1 client for the Spark reader and ``drain``.
+"""A small blocking AMQP 0-9-1 connection with one channel (the Spark reader, sink and drain).
 
-Why not pika: the reader needs exact control over what happens to unacked
-deliveries.  ``pika.BlockingChannel.close()``/``basic_cancel()`` nack every
-delivery it has buffered but not yet handed out, which (a) is not what
-"requeue by closing the channel" means for a classic queue and (b) is a
-connection error (540) on a stream queue, where nack is not supported.  This
-client never nacks: unacked deliveries go back to the queue when the channel
-or connection closes, exactly as the AMQP spec says.
+Why not pika: ``BlockingChannel.close()``/``basic_cancel()`` nack every delivery buffered but
+not yet handed out, which is not "requeue by closing" on a classic queue and is a connection
+error (540) on a stream queue.  This client never nacks: unacked deliveries go back to the
+queue when the channel or connection closes, as the AMQP spec says.
 
-Scope: one connection, one channel (channel 1), PLAIN auth, optional TLS,
-heartbeats (a background thread keeps the connection alive while the caller
-is busy, e.g. during a long Spark write with deliveries held unacked),
-queue.declare, basic.qos/consume/cancel/ack, publish (+ confirms).
-
-Hot path: basic.deliver / content header / content body frames are parsed with
-``struct`` straight out of the receive buffer; everything else goes through
-pamqp (a dependency of the broker project).
+One channel (1), PLAIN auth, optional TLS, a heartbeat thread (the connection stays alive
+while the caller is busy, e.g. a long Spark write with deliveries held unacked), declare,
+qos/consume/cancel/ack; publishing with confirms and returns is in ``publishing.py``.
+Deliveries are parsed with ``struct`` straight out of the receive buffer; pamqp does the rest.
 """
 
 from __future__ import annotations
@@ -23,197 +16,36 @@ from __future__ import annotations
 import select
 import socket
 import ssl
-import struct
 import threading
 import time
-from typing import Any, NamedTuple
-from urllib.parse import parse_qs, unquote, urlsplit
 
 from pamqp import commands, frame as pframe, header as pheader
-from pamqp import decode as pdecode
 
-__all__ = [
-    "AMQPError", "ConnectionFailed", "ChannelClosed", "ConnectionClosed", "ConsumerCancelled",
-    "ConnectionParams", "Properties", "Delivery", "Connection", "MAX_PREFETCH",
-]
+from .codec import (ACK, CONTENT_HDR, EMPTY_PROPERTIES, FRAME_BODY, FRAME_END, FRAME_HEADER,
+                    FRAME_METHOD, HDR, HEARTBEAT, MAX_PREFETCH, TAG_BIT, U32, Delivery,
+                    decode_properties, shortstr)
+from .errors import AMQPError, ChannelClosed, ConnectionClosed, ConnectionFailed, ConsumerCancelled
+from .params import ConnectionParams
+from .publishing import Publishing
+from .queues import QueueMethods
 
-FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
-FRAME_END = 0xCE
-MAX_PREFETCH = 65535  # basic.qos prefetch-count is a short
+__all__ = ["Connection"]
+
 SEND_TIMEOUT = 120.0  # a broker that takes nothing for this long is treated as dead
-
-_HDR = struct.Struct(">BHI")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_TAG_BIT = struct.Struct(">QB")
-_CONTENT_HDR = struct.Struct(">HHQH")
-_ACK = struct.Struct(">BHIHHQBB")
-_HEARTBEAT = bytes((FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END))
 
 _M_DELIVER = (60 << 16) | 60
 _M_ACK = (60 << 16) | 80
 _M_NACK = (60 << 16) | 120
+_M_RETURN = (60 << 16) | 50
 
 
-class AMQPError(Exception):
-    """Base class; ``code``/``text`` carry the broker's reply code and text when there is one."""
-
-    def __init__(self, message: str, code: int = 0, text: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.text = text
-
-
-class ConnectionFailed(AMQPError):
-    """Could not reach / log in to the broker."""
-
-
-class ChannelClosed(AMQPError):
-    """The broker closed the channel (e.g. 404 NOT_FOUND, 406 PRECONDITION_FAILED)."""
-
-
-class ConnectionClosed(AMQPError):
-    """The broker closed the connection, or the socket died."""
-
-
-class ConsumerCancelled(AMQPError):
-    """The broker cancelled our consumer (queue deleted, failover...)."""
-
-
-class ConnectionParams(NamedTuple):
-    host: str = "127.0.0.1"
-    port: int = 5672
-    vhost: str = "/"
-    username: str = "guest"
-    password: str = "guest"
-    tls: bool = False
-    heartbeat: int = 60
-    connect_timeout: float = 10.0
-
-    @classmethod
-    def from_url(cls, url: str) -> "ConnectionParams":
-        """Parse ``amqp[s]://user:pass@host:port/vhost?heartbeat=N&connection_timeout=S``.
-
-        An absent or empty path means the default vhost ``/`` (``%2F`` also works).
-        """
-        if not isinstance(url, str) or not url:
-            raise ValueError("AMQP url is empty; expected amqp://user:pass@host:port/vhost")
-        parts = urlsplit(url)
-        if parts.scheme not in ("amqp", "amqps"):
-            raise ValueError(f"AMQP url must start with amqp:// or amqps://, got {url!r}")
-        tls = parts.scheme == "amqps"
-        try:
-            port = parts.port or (5671 if tls else 5672)
-        except ValueError as exc:
-            raise ValueError(f"bad port in AMQP url {url!r}: {exc}") from None
-        path = parts.path[1:] if parts.path.startswith("/") else parts.path
-        vhost = unquote(path) if path else "/"
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        try:
-            heartbeat = int(query.get("heartbeat", 60))
-            timeout = float(query.get("connection_timeout", query.get("connect_timeout", 10)))
-        except ValueError as exc:
-            raise ValueError(f"bad query parameter in AMQP url {url!r}: {exc}") from None
-        return cls(host=parts.hostname or "127.0.0.1", port=port, vhost=vhost,
-                   username=unquote(parts.username) if parts.username is not None else "guest",
-                   password=unquote(parts.password) if parts.password is not None else "guest",
-                   tls=tls, heartbeat=heartbeat, connect_timeout=timeout)
-
-    def redacted(self) -> str:
-        scheme = "amqps" if self.tls else "amqp"
-        return f"{scheme}://{self.username}@{self.host}:{self.port}/{self.vhost}"
-
-
-class Properties(NamedTuple):
-    """basic properties, decoded; absent ones are None.  ``timestamp`` is seconds since the epoch."""
-    content_type: str | None = None
-    content_encoding: str | None = None
-    headers: dict | None = None
-    delivery_mode: int | None = None
-    priority: int | None = None
-    correlation_id: str | None = None
-    reply_to: str | None = None
-    expiration: str | None = None
-    message_id: str | None = None
-    timestamp: int | None = None
-    type: str | None = None
-    user_id: str | None = None
-    app_id: str | None = None
-    cluster_id: str | None = None
-
-
-EMPTY_PROPERTIES = Properties()
-
-
-class Delivery(NamedTuple):
-    delivery_tag: int
-    redelivered: bool
-    exchange: str
-    routing_key: str
-    properties: Properties
-    body: bytes
-    consumer_tag: str
-
-
-# property flag bit -> (field index, kind); kinds: s=shortstr, t=table, o=octet, q=u64 timestamp
-_PROP_LAYOUT = ((15, "s"), (14, "s"), (13, "t"), (12, "o"), (11, "o"), (10, "s"), (9, "s"),
-                (8, "s"), (7, "s"), (6, "q"), (5, "s"), (4, "s"), (3, "s"), (2, "s"))
-
-
-def _shortstr(buf, pos: int) -> tuple[str, int]:
-    n = buf[pos]
-    return bytes(buf[pos + 1:pos + 1 + n]).decode("utf-8", "replace"), pos + 1 + n
-
-
-def decode_properties(buf, pos: int, flags: int) -> Properties:
-    """Decode the property list of a content header (``flags`` = first property-flags word)."""
-    values: list[Any] = [None] * 14
-    if flags & 1:  # continuation flags: skip the extra words (no basic property uses them)
-        while True:
-            (more,) = _U16.unpack_from(buf, pos)
-            pos += 2
-            if not more & 1:
-                break
-    for i, (bit, kind) in enumerate(_PROP_LAYOUT):
-        if not flags & (1 << bit):
-            continue
-        if kind == "s":
-            values[i], pos = _shortstr(buf, pos)
-        elif kind == "o":
-            values[i] = buf[pos]
-            pos += 1
-        elif kind == "q":
-            (values[i],) = _U64.unpack_from(buf, pos)
-            pos += 8
-        else:
-            (size,) = _U32.unpack_from(buf, pos)
-            _, values[i] = pdecode.field_table(bytes(buf[pos:pos + 4 + size]))
-            pos += 4 + size
-    return Properties(*values)
-
-
-def encode_properties(props: dict | Properties | None) -> commands.Basic.Properties:
-    if props is None:
-        return commands.Basic.Properties()
-    if isinstance(props, Properties):
-        props = {k: v for k, v in props._asdict().items() if v is not None}
-    props = dict(props)
-    ts = props.get("timestamp")
-    if isinstance(ts, (int, float)):
-        import datetime as _dt
-        props["timestamp"] = _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc)
-    if "type" in props:
-        props["message_type"] = props.pop("type")
-    return commands.Basic.Properties(**props)
-
-
-class Connection:
+class Connection(QueueMethods, Publishing):
     """A blocking connection with one channel.  Not thread-safe (apart from the heartbeat sender)."""
 
     def __init__(self, params: ConnectionParams, client_name: str = "spark-amqp") -> None:
         self.params = params
         self.client_name = client_name
+        self.node: tuple[str, int] = (params.host, params.port)   # the node we are connected to
         self._sock: socket.socket | None = None
         self._buf = bytearray()
         self._deliveries: list[Delivery] = []
@@ -232,31 +64,46 @@ class Connection:
         self.closed: AMQPError | None = None
         self.cancelled: set[str] = set()
         self.consumer_tags: list[str] = []
-        # publisher confirms
-        self._confirming = False
-        self._publish_seq = 0
-        self._confirmed = 0
-        self._nacked: list[int] = []
+        self._init_publishing()
 
     # ------------------------------------------------------------------ setup
     @classmethod
-    def connect(cls, url_or_params: str | ConnectionParams, **kw) -> "Connection":
+    def connect(cls, url_or_params: str | ConnectionParams, prefer: int = 0,
+                **kw) -> "Connection":
+        """Connect to the first reachable node, trying them in order from node ``prefer``
+        (mod their count).  Login and vhost errors are not retried on other nodes."""
         params = (url_or_params if isinstance(url_or_params, ConnectionParams)
                   else ConnectionParams.from_url(url_or_params))
-        conn = cls(params, **kw)
-        conn._open()
-        return conn
+        nodes = params.nodes()
+        first_error: ConnectionFailed | None = None
+        for i in range(len(nodes)):
+            node = nodes[(prefer + i) % len(nodes)]
+            conn = cls(params, **kw)
+            conn.node = node
+            try:
+                conn._open()
+                return conn
+            except ConnectionFailed as exc:
+                if exc.code:                 # the broker answered: credentials, vhost...
+                    raise
+                first_error = first_error or exc
+        assert first_error is not None
+        if len(nodes) > 1:
+            raise ConnectionFailed(f"cannot connect to any of {len(nodes)} AMQP nodes "
+                                   f"({params.redacted()}); first error: {first_error}")
+        raise first_error
 
     def _open(self) -> None:
         p = self.params
-        where = f"{p.host}:{p.port}"
+        host, port = self.node
+        where = f"{host}:{port}"
         try:
-            sock = socket.create_connection((p.host, p.port), timeout=p.connect_timeout)
+            sock = socket.create_connection((host, port), timeout=p.connect_timeout)
         except OSError as exc:
             raise ConnectionFailed(f"cannot connect to AMQP broker at {where}: {exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if p.tls:
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=p.host)
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         sock.settimeout(max(p.connect_timeout, SEND_TIMEOUT))
         self._sock = sock
         self._poller = select.poll()
@@ -312,7 +159,7 @@ class Connection:
         while not self._hb_stop.wait(interval):
             if time.monotonic() - self._last_send >= interval:
                 try:
-                    self._send(_HEARTBEAT)
+                    self._send(HEARTBEAT)
                 except (AMQPError, OSError):
                     return
 
@@ -368,9 +215,19 @@ class Connection:
 
     def _parse(self) -> None:
         buf = self._buf
+        view = memoryview(buf)           # body bytes are copied once, straight from the buffer
+        try:
+            pos = self._parse_frames(buf, view)
+        finally:
+            view.release()
+        if pos:
+            del buf[:pos]
+
+    def _parse_frames(self, buf: bytearray, view: memoryview) -> int:
         n = len(buf)
         pos = 0
-        unpack_hdr = _HDR.unpack_from
+        unpack_hdr = HDR.unpack_from
+        deliveries = self._deliveries
         while n - pos >= 8:
             ftype, channel, size = unpack_hdr(buf, pos)
             end = pos + 7 + size
@@ -381,25 +238,31 @@ class Connection:
             start = pos + 7
             if ftype == FRAME_BODY:
                 part = self._partial
-                if part is not None:     # (content of a basic.return is dropped)
-                    chunk = bytes(buf[start:end])
+                if part is None:                 # (content of a basic.return is dropped)
+                    pass
+                elif size == part[5] and not part[6]:      # the whole body in one frame
+                    self._partial = None
+                    deliveries.append(Delivery(part[0], part[1], part[2], part[3], part[4],
+                                               bytes(view[start:end]), part[7]))
+                else:
+                    chunk = bytes(view[start:end])
                     part[6].append(chunk)
                     part[5] -= len(chunk)
                     if part[5] <= 0:
                         self._complete()
             elif ftype == FRAME_METHOD:
-                if _U32.unpack_from(buf, start)[0] == _M_DELIVER:
+                if U32.unpack_from(buf, start)[0] == _M_DELIVER:
                     p = start + 4
-                    ctag, p = _shortstr(buf, p)
-                    tag, bits = _TAG_BIT.unpack_from(buf, p)
+                    ctag, p = shortstr(buf, p)
+                    tag, bits = TAG_BIT.unpack_from(buf, p)
                     p += 9
-                    exchange, p = _shortstr(buf, p)
-                    rkey, p = _shortstr(buf, p)
+                    exchange, p = shortstr(buf, p)
+                    rkey, p = shortstr(buf, p)
                     self._partial = [tag, bool(bits & 1), exchange, rkey, None, 0, [], ctag]
                 else:
                     self._on_method(channel, bytes(buf[pos:end + 1]))
             elif ftype == FRAME_HEADER:
-                _cls, _w, body_size, flags = _CONTENT_HDR.unpack_from(buf, start)
+                _cls, _w, body_size, flags = CONTENT_HDR.unpack_from(buf, start)
                 part = self._partial
                 if part is not None:
                     part[4] = decode_properties(buf, start + 14, flags) if flags else EMPTY_PROPERTIES
@@ -407,8 +270,7 @@ class Connection:
                     if body_size == 0:
                         self._complete()
             pos = end + 1
-        if pos:
-            del buf[:pos]
+        return pos
 
     def _complete(self) -> None:
         tag, redelivered, exchange, rkey, props, _left, chunks, ctag = self._partial
@@ -417,17 +279,10 @@ class Connection:
         self._deliveries.append(Delivery(tag, redelivered, exchange, rkey, props, body, ctag))
 
     def _on_method(self, channel: int, raw: bytes) -> None:
-        cm = _U32.unpack_from(raw, 7)[0]
+        cm = U32.unpack_from(raw, 7)[0]
         if cm == _M_ACK or cm == _M_NACK:   # publisher confirms
-            tag, bits = _TAG_BIT.unpack_from(raw, 11)
-            if cm == _M_NACK:
-                self._nacked.append(tag)
-            if bits & 1:
-                self._confirmed = max(self._confirmed, tag)
-            elif tag == self._confirmed + 1:
-                self._confirmed = tag
-            else:
-                self._confirmed = max(self._confirmed, tag)  # broker confirms in order
+            tag, bits = TAG_BIT.unpack_from(raw, 11)
+            self._on_confirm(cm == _M_NACK, tag, bool(bits & 1))
             return
         _, _, method = pframe.unmarshal(raw)
         if isinstance(method, commands.Connection.Close):
@@ -451,8 +306,10 @@ class Connection:
         if isinstance(method, commands.Basic.Cancel):  # consumer_cancel_notify
             self.cancelled.add(method.consumer_tag)
             return
-        if isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked,
-                               commands.Basic.Return)):
+        if isinstance(method, commands.Basic.Return):     # mandatory publish, unroutable
+            self._on_return(method)
+            return
+        if isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
             return
         self._replies.append((channel, method))
 
@@ -478,22 +335,6 @@ class Connection:
             raise self.closed
 
     # ------------------------------------------------------------------ API
-    def queue_declare(self, queue: str, passive: bool = False, durable: bool = False,
-                      exclusive: bool = False, auto_delete: bool = False,
-                      arguments: dict | None = None) -> tuple[str, int, int]:
-        """Returns (name, message_count, consumer_count)."""
-        ok = self._rpc(commands.Queue.Declare(queue=queue, passive=passive, durable=durable,
-                                              exclusive=exclusive, auto_delete=auto_delete,
-                                              arguments=arguments or {}),
-                       commands.Queue.DeclareOk)
-        return ok.queue, ok.message_count, ok.consumer_count
-
-    def queue_delete(self, queue: str) -> int:
-        return self._rpc(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk).message_count
-
-    def queue_purge(self, queue: str) -> int:
-        return self._rpc(commands.Queue.Purge(queue=queue), commands.Queue.PurgeOk).message_count
-
     def basic_qos(self, prefetch_count: int, global_: bool = False) -> None:
         self._rpc(commands.Basic.Qos(prefetch_count=prefetch_count, global_=global_),
                   commands.Basic.QosOk)
@@ -537,7 +378,7 @@ class Connection:
 
     def basic_ack(self, delivery_tag: int, multiple: bool = False) -> None:
         self._check()
-        self._send(_ACK.pack(FRAME_METHOD, 1, 13, 60, 80, delivery_tag, 1 if multiple else 0,
+        self._send(ACK.pack(FRAME_METHOD, 1, 13, 60, 80, delivery_tag, 1 if multiple else 0,
                              FRAME_END))
 
     def sync(self, queue: str) -> int:
@@ -594,50 +435,6 @@ class Connection:
         live = [t for t in self.consumer_tags if t not in self.cancelled]
         if self.consumer_tags and not live:
             raise ConsumerCancelled("the broker cancelled the consumer (queue deleted?)")
-
-    # ------------------------------------------------------------------ publishing
-    def confirm_select(self) -> None:
-        self._rpc(commands.Confirm.Select(), commands.Confirm.SelectOk)
-        self._confirming = True
-
-    def publish_frames(self, exchange: str, routing_key: str, body: bytes,
-                       properties: dict | Properties | None = None, mandatory: bool = False) -> bytes:
-        """Encode one basic.publish (method + header + body frames)."""
-        method = pframe.marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key,
-                                                       mandatory=mandatory), 1)
-        head = pframe.marshal(pheader.ContentHeader(0, len(body), encode_properties(properties)), 1)
-        parts = [method, head]
-        step = self.frame_max - 8
-        for i in range(0, len(body), step):
-            piece = body[i:i + step]
-            parts.append(_HDR.pack(FRAME_BODY, 1, len(piece)) + piece + b"\xce")
-        return b"".join(parts)
-
-    def publish(self, exchange: str, routing_key: str, body: bytes,
-                properties: dict | Properties | None = None, mandatory: bool = False) -> None:
-        self.publish_raw(self.publish_frames(exchange, routing_key, body, properties, mandatory))
-
-    def publish_raw(self, frames: bytes, count: int = 1) -> None:
-        """Send pre-encoded publishes (``count`` of them, for confirm accounting)."""
-        self._check()
-        self._send(frames)
-        self._publish_seq += count
-        if self._confirming and self._sock is not None:
-            # keep the receive side moving so the broker never blocks on our socket buffer
-            while self._recv(0):
-                pass
-
-    def wait_for_confirms(self, timeout: float = 60.0, max_outstanding: int = 0) -> None:
-        """Wait until at most ``max_outstanding`` publishes are unconfirmed; raise on nacks."""
-        deadline = time.monotonic() + timeout
-        while self._publish_seq - self._confirmed > max_outstanding:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AMQPError(f"timed out waiting for publisher confirms "
-                                f"({self._publish_seq - self._confirmed} outstanding)")
-            self._recv(left)
-        if self._nacked:
-            raise AMQPError(f"broker nacked {len(self._nacked)} publishes")
 
     # ------------------------------------------------------------------ teardown
     def close(self, timeout: float = 5.0) -> None:
