@@ -12,9 +12,12 @@ from collections import OrderedDict
 from typing import Callable, Iterable
 
 from exchange_broker.core.message import Message
+from exchange_broker.core.names import describe
 from exchange_broker.core.ports import Consumer
 from exchange_broker.core.queue import QueueType
 from exchange_broker.core.queue_args import QueueOptions, parse_queue_arguments
+from exchange_broker.protocol.constants import PRECONDITION_FAILED
+from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.queue_types.ready import PriorityReady, ReadyDeque
 
 FLOW_HIGH = 8000   # ready messages with starved consumers before publishers are paused
@@ -349,6 +352,15 @@ class ClassicQueue(QueueType):
             self.refill(self)
 
     # -- consumers -----------------------------------------------------------------------------
+    rabbit_type = "rabbit_classic_queue"  # RabbitMQ's name for this type, in its error texts
+
+    def check_consume(self, channel, method) -> None:
+        """A stream's consumer argument on this type is refused, as RabbitMQ does (406)."""
+        if method.arguments and "x-stream-offset" in method.arguments:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg 'x-stream-offset' for "
+                            f"{describe('queue', self.name, self.vhost)} of queue type "
+                            f"{self.rabbit_type}", 60, 20, hard=False)
+
     def add_consumer(self, consumer: Consumer) -> None:
         self.had_consumer = True
         if self._expires_handle is not None:

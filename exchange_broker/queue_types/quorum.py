@@ -77,6 +77,7 @@ def _without_count(raw: bytes) -> bytes | None:
 
 
 class QuorumQueue(ClassicQueue):
+    rabbit_type = "rabbit_quorum_queue"
     queue_type = "quorum"
     stores_all = True  # transient publishes are stored too (classic.enqueue)
 
@@ -128,6 +129,7 @@ class QuorumQueue(ClassicQueue):
         if channel.global_prefetch:
             raise AMQPError(NOT_IMPLEMENTED, f"{describe('queue', self.name, self.vhost)} does not "
                             f"support global qos", 60, 20, hard=True)
+        super().check_consume(channel, method)
 
     # -- delivery counting ------------------------------------------------------------------------------
     def requeue(self, msgs: Iterable[Message]) -> None:
