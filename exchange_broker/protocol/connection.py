@@ -214,6 +214,7 @@ class ServerConnection:
                     # on an open channel (anything unusual takes the generic path below)
                     if self.state == "opened":
                         content = channels.get(channel, False)
+                        event = None
                         if ftype == FRAME_METHOD:
                             if content is None and payload[:4] == _PUBLISH_ID:
                                 exchange, rk, mandatory, immediate = codec.decode_publish(payload)
@@ -225,14 +226,6 @@ class ServerConnection:
                                 pos, properties, quick, body = whole
                                 event = ev.Publish(channel, exchange, rk, mandatory, immediate,
                                                    properties, body, quick)
-                                if batch and batch[0].channel != channel:
-                                    yield _publishes(batch)
-                                    batch = []
-                                batch.append(event)
-                                if len(batch) >= PUBLISH_BATCH:
-                                    yield _publishes(batch)
-                                    batch = []
-                                continue
                         elif type(content) is Content:
                             if ftype == FRAME_BODY:
                                 content_body(channels, channel, content, payload, out)
@@ -241,23 +234,25 @@ class ServerConnection:
                                                self.max_message_size, out)
                             else:
                                 self._frame(ftype, channel, payload, out)
-                            if out:  # at most one event: the publish, or a too-large refusal
-                                event = out.pop()
-                                if type(event) is ev.Publish:
-                                    # publishes in a row on one channel go up together (nothing
-                                    # is answered between them, so the order of replies holds)
-                                    if batch and batch[0].channel != channel:
-                                        yield _publishes(batch)
-                                        batch = []
-                                    batch.append(event)
-                                    if len(batch) >= PUBLISH_BATCH:
-                                        yield _publishes(batch)
-                                        batch = []
-                                    continue
-                                if batch:
-                                    yield _publishes(batch)
-                                    batch = []
-                                yield event
+                            if not out:
+                                continue
+                            event = out.pop()  # at most one: the publish, or a too-large refusal
+                        if type(event) is ev.Publish:
+                            # publishes in a row on one channel go up together (nothing is
+                            # answered between them, so the order of replies holds)
+                            if batch and batch[0].channel != channel:
+                                yield _publishes(batch)
+                                batch = []
+                            batch.append(event)
+                            if len(batch) >= PUBLISH_BATCH:
+                                yield _publishes(batch)
+                                batch = []
+                            continue
+                        if event is not None:
+                            if batch:
+                                yield _publishes(batch)
+                                batch = []
+                            yield event
                             continue
                     if batch:  # what came before this frame is handled before it is
                         yield _publishes(batch)
