@@ -224,11 +224,22 @@ class Application:
         self.cluster = ClusterNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
                                    config.cluster_failover_timeout)
         self.cluster.on_lost = self._lost_cluster_role
+        self.cluster.make_mirror = self._standby_mirror
         lock = store_lock(config.store_url)
         try:
             return lock if await self.cluster.acquire_store(lock, self.should_exit) else None
         except ClusterStartError as exc:
             raise StartupError(str(exc)) from None
+
+    def _standby_mirror(self):
+        """A standby's warm broker: the store's definitions, followed as they change (no listener,
+        no admin API, no queue messages, no writes)."""
+        from exchange_broker.cluster.definitions import DefinitionsMirror
+        from persistence.sql_store import SqlStore
+        store = SqlStore(self.config.store_url)
+        store.open(migrate_schema=False)
+        broker = build_broker(LoopClock(asyncio.get_running_loop()), config=self.config)
+        return DefinitionsMirror(self.cluster.store, store, broker, owns_store=True)
 
     def _lost_cluster_role(self, why: str) -> None:
         """Fail-stop: a node that may no longer be the store's only writer ends at once, without
