@@ -233,12 +233,14 @@ class Application:
 
     def _standby_mirror(self):
         """A standby's warm broker: the store's definitions, followed as they change (no listener,
-        no admin API, no queue messages, no writes)."""
+        no admin API, no queue messages, no writes, no timers: a placeholder queue's x-expires
+        must not fire on a node that does not serve it)."""
         from exchange_broker.cluster.definitions import DefinitionsMirror
+        from exchange_broker.core.clock import NoClock
         from persistence.sql_store import SqlStore
         store = SqlStore(self.config.store_url)
         store.open(migrate_schema=False)
-        broker = build_broker(LoopClock(asyncio.get_running_loop()), config=self.config)
+        broker = build_broker(NoClock(), config=self.config)
         return DefinitionsMirror(self.cluster.store, store, broker, owns_store=True)
 
     def _lost_cluster_role(self, why: str) -> None:

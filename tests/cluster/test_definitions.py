@@ -158,6 +158,13 @@ def test_definitions_reach_a_standby_and_a_mirror_and_the_standby_takes_over_wit
         seen = wait_for_status(cluster_url, lambda ns: min(n["definitions_version"] for n in ns.values()) >= last)
         assert seen["n2"]["definitions_version"] >= last
         assert seen["n1"]["definitions_version"] >= last  # the active node: the store's version, each beat
+        table = subprocess.run([sys.executable, "-m", "exchange_broker", "cluster", "status", "--database-url",
+                                cluster_url], capture_output=True, text=True, timeout=60, cwd=str(REPO),
+                               env=subprocess_env())
+        assert table.returncode == 0 and "definitions" in table.stdout.splitlines()[0], table.stdout
+        assert f"v{seen['n2']['definitions_version']}" in table.stdout or f"v{last}" in table.stdout
+        api = requests.get(f"http://127.0.0.1:{n1.admin_port}/api/nodes", auth=("guest", "guest"), timeout=10)
+        assert {n["name"]: n["definitions_version"] >= last for n in api.json()} == {"n1": True, "n2": True}
     finally:
         mirror.close()
 
