@@ -12,7 +12,6 @@ write that bumps the version and NOTIFYs).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,7 +22,7 @@ import pika
 from sqlalchemy import create_engine, text
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_failover import start_node, throwaway_cluster, wait_port  # noqa: E402
+from cluster_failover import cluster_parser, start_node, throwaway_cluster, wait_port  # noqa: E402
 
 
 def wait_standby(engine, version: int, limit: float = 30.0) -> None:
@@ -77,12 +76,9 @@ def run(admin_url: str, args) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pg-url", default=os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1/test"),
-                   help="a PostgreSQL database to connect to for creating the throwaway one")
+    p = cluster_parser(__doc__)
     p.add_argument("--changes", type=int, default=50)
     p.add_argument("--queues", type=int, default=300)
-    p.add_argument("--heartbeat", type=float, default=1.0)
     args = p.parse_args()
     print(json.dumps(run(args.pg_url, args)))
     return 0

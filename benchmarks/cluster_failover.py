@@ -112,13 +112,19 @@ def one_run(admin_url: str, args) -> float:
         return first
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cluster_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of every cluster benchmark: --pg-url and --heartbeat."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--pg-url", default=os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1/test"),
                    help="a PostgreSQL database to connect to for creating the throwaway ones")
+    p.add_argument("--heartbeat", type=float, default=1.0)
+    return p
+
+
+def main() -> int:
+    p = cluster_parser(__doc__)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--messages", type=int, default=1000)
-    p.add_argument("--heartbeat", type=float, default=1.0)
     p.add_argument("--failover-timeout", type=float, default=10.0)
     args = p.parse_args()
     times = [one_run(args.pg_url, args) for _ in range(args.runs)]
