@@ -289,3 +289,38 @@ def test_two_nodes_starting_at_once_on_an_empty_store_seed_one_guest(workdir, cl
     finally:
         for n in both:
             n.kill()
+
+
+def test_a_single_postgresql_broker_takes_queue_ids_in_blocks_across_restarts(workdir, pg_database):
+    """Without --cluster too, a PostgreSQL store hands out queue ids from its sequence: more
+    declares than one reserved block (refilled off the loop), a SIGKILL, more declares: every id
+    is new, and the stored messages stay with their queues."""
+    from eb_support import SubprocessBroker
+    url = pg_database[1]
+    broker = SubprocessBroker(workdir, ["--database-url", url]).start()
+    try:
+        conn = pika_connect(broker.port)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for i in range(300):
+            ch.queue_declare(f"a{i}", durable=True)
+        ch.basic_publish("", "a299", b"kept", pika.BasicProperties(delivery_mode=2))
+        conn.close()
+        broker.kill()
+        broker.start()
+        conn = pika_connect(broker.port)
+        ch = conn.channel()
+        for i in range(20):
+            ch.queue_declare(f"b{i}", durable=True)
+        method, _props, body = ch.basic_get("a299", auto_ack=True)
+        assert method is not None and body == b"kept"
+        conn.close()
+    finally:
+        broker.kill()
+    store = SqlStore(url)
+    store.open(migrate_schema=False)
+    try:
+        ids = [q["id"] for q in store.load_definitions().queues]
+    finally:
+        store.close()
+    assert len(ids) == 320 and len(set(ids)) == 320
