@@ -196,7 +196,8 @@ class Application:
             if self.store_lock is not None and self.cluster is None:  # a cluster node checks it each beat
                 self._lock_watch = loop.create_task(self._watch_lock(), name="store-lock")
             self.durability = SqlDurability(self.store, loop, window=config.queue_window)
-        self.broker = build_broker(LoopClock(loop), durability=self.durability, config=config)
+        self.broker = await self._warm_broker() or \
+            build_broker(LoopClock(loop), durability=self.durability, config=config)
         if self.durability is not None:
             recover(self.broker, self.durability, config.queue_window)
         gc.collect()
@@ -230,6 +231,18 @@ class Application:
             return lock if await self.cluster.acquire_store(lock, self.should_exit) else None
         except ClusterStartError as exc:
             raise StartupError(str(exc)) from None
+
+    async def _warm_broker(self) -> Broker | None:
+        """A standby that became active serves the broker it kept the definitions in (caught up
+        with the store first); None otherwise."""
+        warm = self.cluster.warm_broker if self.cluster is not None else None
+        if warm is None or self.durability is None:
+            return None
+        from exchange_broker.cluster.definitions import load_rows, take_over
+        self.cluster.warm_broker = None
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(None, load_rows, self.cluster.store, self.store)
+        return warm if take_over(warm, rows, LoopClock(loop), self.durability) else None
 
     def _standby_mirror(self):
         """A standby's warm broker: the store's definitions, followed as they change (no listener,

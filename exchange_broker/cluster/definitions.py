@@ -232,6 +232,22 @@ def _limits_and_topics(broker, stored: limits_store.LimitsAndTopics, counts: dic
             have.update(want)
 
 
+def take_over(broker, rows: DefinitionRows, clock, durability) -> bool:
+    """A standby becomes active: its warm ``broker`` gets the store's latest ``rows`` (what the
+    listener had not applied yet), the serving node's ``clock`` (it had none: a placeholder's
+    x-expires never fired) and ``durability``; recovery then restores each queue's messages into
+    it. False (use a fresh broker) for a store that was never seeded (no user): the defaults of a
+    fresh broker seed it."""
+    if not rows.defs.users:
+        return False
+    apply_rows(broker, rows)
+    broker.clock = clock
+    broker.delayed.clock = clock  # the delayed-message exchange keeps its own reference
+    broker.durability = durability
+    log.info("cluster: serving the definitions followed as a standby (version %d)", rows.version)
+    return True
+
+
 class DefinitionsMirror:
     """Keeps ``broker``'s definitions equal to the store's (see the module's docstring).
     ``on_version(v)`` is called on the loop after version ``v`` is applied."""

@@ -59,6 +59,7 @@ class ClusterNode:
         # a standby's warm copy of the definitions (exchange_broker.cluster.definitions)
         self.mirror = None
         self.make_mirror: Callable[[], object] | None = None
+        self.warm_broker = None  # a standby's broker with the definitions, once it becomes active
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -128,10 +129,13 @@ class ClusterNode:
         fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or
                               log.debug("cluster: recording the definitions version failed: %s", f.exception()))
 
-    async def stop_mirror(self) -> None:
-        if self.mirror is not None:
-            mirror, self.mirror = self.mirror, None
-            await mirror.stop()
+    async def stop_mirror(self):
+        """Stop following the definitions; returns the warm broker (None without one)."""
+        if self.mirror is None:
+            return None
+        mirror, self.mirror = self.mirror, None
+        await mirror.stop()
+        return mirror.broker
 
     async def become_active(self, sql_store, should_exit: asyncio.Event) -> bool:
         """With the lock held: take the store's lease (it is free, or once the last active node's
@@ -157,7 +161,7 @@ class ClusterNode:
         self.store_lease = lease
         sql_store.write_fence = lambda conn: fence(conn, lease)  # a stale node's writes fail
         sql_store.after_write = self.store.bump_definitions  # definition writes: version + NOTIFY
-        await self.stop_mirror()
+        self.warm_broker = await self.stop_mirror()  # the application serves it (take_over)
         await self._call(lambda: self.store.update_node(self.name, self.incarnation, role="active"))
         self.role = "active"
         log.info("cluster: node '%s' is active (store lease epoch %d)", self.name, lease.epoch)

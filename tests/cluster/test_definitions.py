@@ -172,6 +172,7 @@ def test_definitions_reach_a_standby_and_a_mirror_and_the_standby_takes_over_wit
     n1.proc.send_signal(signal.SIGTERM)
     assert n1.proc.wait(30) == 0
     assert wait_until(n2.is_active, timeout=30), n2.log()[-3000:]
+    assert "serving the definitions followed as a standby" in n2.log()  # its warm broker
     conn = pika_connect(n2.port)
     try:
         ch = conn.channel()
