@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
+from typing import Iterator
 
 import pika
 from sqlalchemy import create_engine, text
@@ -53,15 +55,32 @@ def wait_port(port_file: str, limit: float) -> int:
     raise RuntimeError(f"no port in {port_file} after {limit}s")
 
 
-def one_run(admin_url: str, args) -> float:
+@contextmanager
+def throwaway_cluster(admin_url: str, prefix: str) -> Iterator[tuple[str, str, list]]:
+    """(url of a new PostgreSQL database, a temp dir, a list for node processes); afterwards the
+    processes are killed and the database and directory removed."""
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     name = f"eb_bench_{uuid.uuid4().hex[:10]}"
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    workdir = tempfile.mkdtemp(prefix="eb-failover-")
-    procs = []
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    procs: list = []
     try:
+        yield url, workdir, procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def one_run(admin_url: str, args) -> float:
+    with throwaway_cluster(admin_url, "eb-failover-") as (url, workdir, procs):
         a, a_port_file = start_node(url, "a", workdir, args.heartbeat, args.failover_timeout)
         procs.append(a)
         port = wait_port(a_port_file, 30)
@@ -91,24 +110,21 @@ def one_run(admin_url: str, args) -> float:
             got += 1
         conn.close()
         return first
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def cluster_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of every cluster benchmark: --pg-url and --heartbeat."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--pg-url", default=os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1/test"),
+                   help="a PostgreSQL database to connect to for creating the throwaway ones")
+    p.add_argument("--heartbeat", type=float, default=1.0)
+    return p
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pg-url", default=os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1/test"),
-                   help="a PostgreSQL database to connect to for creating the throwaway ones")
+    p = cluster_parser(__doc__)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--messages", type=int, default=1000)
-    p.add_argument("--heartbeat", type=float, default=1.0)
     p.add_argument("--failover-timeout", type=float, default=10.0)
     args = p.parse_args()
     times = [one_run(args.pg_url, args) for _ in range(args.runs)]

@@ -196,7 +196,8 @@ class Application:
             if self.store_lock is not None and self.cluster is None:  # a cluster node checks it each beat
                 self._lock_watch = loop.create_task(self._watch_lock(), name="store-lock")
             self.durability = SqlDurability(self.store, loop, window=config.queue_window)
-        self.broker = build_broker(LoopClock(loop), durability=self.durability, config=config)
+        self.broker = await self._warm_broker() or \
+            build_broker(LoopClock(loop), durability=self.durability, config=config)
         if self.durability is not None:
             recover(self.broker, self.durability, config.queue_window)
         gc.collect()
@@ -224,11 +225,36 @@ class Application:
         self.cluster = ClusterNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
                                    config.cluster_failover_timeout)
         self.cluster.on_lost = self._lost_cluster_role
+        self.cluster.make_mirror = self._standby_mirror
         lock = store_lock(config.store_url)
         try:
             return lock if await self.cluster.acquire_store(lock, self.should_exit) else None
         except ClusterStartError as exc:
             raise StartupError(str(exc)) from None
+
+    async def _warm_broker(self) -> Broker | None:
+        """A standby that became active serves the broker it kept the definitions in (caught up
+        with the store first); None otherwise."""
+        warm = self.cluster.warm_broker if self.cluster is not None else None
+        if warm is None or self.durability is None:
+            return None
+        from exchange_broker.cluster.definitions import load_rows, take_over
+        self.cluster.warm_broker = None
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(None, load_rows, self.cluster.store, self.store)
+        return warm if take_over(warm, rows, LoopClock(loop), self.durability) else None
+
+    def _standby_mirror(self):
+        """A standby's warm broker: the store's definitions, followed as they change (no listener,
+        no admin API, no queue messages, no writes, no timers: a placeholder queue's x-expires
+        must not fire on a node that does not serve it)."""
+        from exchange_broker.cluster.definitions import DefinitionsMirror
+        from exchange_broker.core.clock import NoClock
+        from persistence.sql_store import SqlStore
+        store = SqlStore(self.config.store_url)
+        store.open(migrate_schema=False)
+        broker = build_broker(NoClock(), config=self.config)
+        return DefinitionsMirror(self.cluster.store, store, broker, owns_store=True)
 
     def _lost_cluster_role(self, why: str) -> None:
         """Fail-stop: a node that may no longer be the store's only writer ends at once, without

@@ -46,6 +46,11 @@ CONNECT_TIMEOUT = 10
 STORE_LEASE = ("", "*store*")  # seconds: an unreachable database fails a call instead of hanging it
 
 
+# a node's definitions version: the one given, else the store's current one
+VERSION_OR_CURRENT = ("COALESCE(CAST(:dv AS BIGINT), (SELECT value FROM cluster_counters "
+                      "WHERE name = 'definitions'), 0)")
+
+
 class NodeNameInUse(Exception):
     """A live node (heartbeat within the failover timeout) already has this name."""
 
@@ -127,17 +132,27 @@ class ClusterStore:
                                 {**values, "n": name, "i": incarnation})
         return done.rowcount == 1
 
-    def heartbeat(self, name: str, incarnation: int) -> bool:
-        """Beat and renew this node's leases for another failover timeout. False: the row belongs
-        to another incarnation now (this process must stop acting as the node)."""
+    def heartbeat(self, name: str, incarnation: int, definitions_version: int | None = None) -> bool:
+        """Beat and renew this node's leases for another failover timeout; record the definitions
+        version the node has loaded (None: the store's current one, for the node that writes
+        them). False: the row belongs to another incarnation now (this process must stop acting as
+        the node)."""
         with self.transaction() as conn:
-            beat = conn.execute(text("UPDATE cluster_nodes SET heartbeat_at = now() "
-                                     "WHERE name = :n AND incarnation = :i"), {"n": name, "i": incarnation})
+            beat = conn.execute(text(f"UPDATE cluster_nodes SET heartbeat_at = now(), "
+                                     f"definitions_version = {VERSION_OR_CURRENT} "
+                                     f"WHERE name = :n AND incarnation = :i"),
+                                {"n": name, "i": incarnation, "dv": definitions_version})
             if beat.rowcount != 1:
                 return False
             conn.execute(text(f"UPDATE queue_leases SET expires_at = now() + {_interval(self.failover_timeout)} "
                               f"WHERE leader = :n AND expires_at > now()"), {"n": name})
         return True
+
+    def set_definitions_version(self, name: str, incarnation: int, version: int) -> None:
+        """The node has loaded definitions ``version`` (shown by ``cluster status``)."""
+        with self.transaction() as conn:
+            conn.execute(text("UPDATE cluster_nodes SET definitions_version = :dv WHERE name = :n AND incarnation = :i"),
+                         {"n": name, "i": incarnation, "dv": version})
 
     def deregister(self, name: str, incarnation: int) -> None:
         """A clean stop: the node's row goes and its leases end now (others may take them at once)."""
@@ -155,7 +170,7 @@ class ClusterStore:
         with self.transaction() as conn:
             rows = conn.execute(text(
                 f"SELECT name, amqp_address, admin_address, role, pid, host, incarnation, started_at, "
-                f"heartbeat_at, failover_timeout, EXTRACT(EPOCH FROM now() - heartbeat_at) AS since, "
+                f"heartbeat_at, failover_timeout, definitions_version, EXTRACT(EPOCH FROM now() - heartbeat_at) AS since, "
                 f"{ALIVE} AS alive "
                 f"FROM cluster_nodes ORDER BY name")).mappings().all()
             leases = conn.execute(text("SELECT leader, vhost, queue, epoch FROM queue_leases "
@@ -172,6 +187,7 @@ class ClusterStore:
                         "failover_timeout": r["failover_timeout"], "started_at": r["started_at"].isoformat(),
                         "heartbeat_at": r["heartbeat_at"].isoformat(),
                         "seconds_since_heartbeat": round(float(r["since"]), 3),
+                        "definitions_version": int(r["definitions_version"]),
                         "queues": led.get(r["name"], [])})
         return out
 

@@ -196,6 +196,8 @@ class ClusterNode(Base):
     failover_timeout: Mapped[float] = mapped_column(Float, nullable=False)
     started_at = mapped_column(DateTime(timezone=True), nullable=False)
     heartbeat_at = mapped_column(DateTime(timezone=True), nullable=False)
+    # the definitions version this node has loaded (written with its heartbeats; migration 0006)
+    definitions_version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
 
 
 class QueueLease(Base):

@@ -108,6 +108,27 @@ class SqlDefinitions:
         with self._write() as conn:
             self._upsert(conn, users, ["name"], values)
 
+    def seed_access(self, vhost_names: list[str], user_rows: list[tuple[str, str, str, list[str]]],
+                    permission_rows: list[tuple[str, str, str, str, str]]) -> bool:
+        """Write the defaults of a fresh store (vhosts, users as (name, password_hash, algorithm,
+        tags), permissions as (user, vhost, configure, write, read)) in one transaction, only if
+        the store has no user yet: True if written, False if another process seeded it first
+        (PostgreSQL: serialised by a transaction-level advisory lock; SQLite: BEGIN IMMEDIATE)."""
+        with self._write() as conn:
+            if self._dialect == "postgresql":
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('exchange-broker: seed access'))")
+            if conn.scalar(select(func.count()).select_from(users)):
+                return False
+            for name in vhost_names:
+                self._upsert(conn, vhosts, ["name"], {"name": name, "metadata_json": "{}"})
+            for name, pw, algo, tags in user_rows:
+                self._upsert(conn, users, ["name"], {"name": name, "password_hash": pw,
+                                                     "hashing_algorithm": algo, "tags_json": json.dumps(list(tags))})
+            for user, vhost, configure, write, read in permission_rows:
+                self._upsert(conn, permissions, ["user", "vhost"], {"user": user, "vhost": vhost, "configure": configure,
+                                                                   "write": write, "read": read})
+        return True
+
     def delete_user(self, name: str) -> None:
         with self._write() as conn:
             conn.execute(delete(permissions).where(permissions.c.user == name))
@@ -158,6 +179,15 @@ class SqlDefinitions:
             conn.execute(
                 delete(exchanges).where(exchanges.c.vhost == vhost, exchanges.c.name == name)
             )
+
+    def reserve_queue_ids(self, n: int) -> list[int] | None:
+        """``n`` queue ids nobody else will use, from the ``queue_ids`` sequence (PostgreSQL: every
+        broker process on the store shares it). None on SQLite: a single process allocates them."""
+        if self._dialect != "postgresql":
+            return None
+        with self._read() as conn:
+            rows = conn.exec_driver_sql(f"SELECT nextval('queue_ids') FROM generate_series(1, {int(n)})")
+            return [int(r[0]) for r in rows]
 
     def put_queue(
         self,

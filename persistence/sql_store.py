@@ -8,6 +8,7 @@ This module holds the engine and transaction plumbing; the operations live by co
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -62,6 +63,10 @@ class SqlStore(SqlDefinitions, SqlMessages, SqlDelayed):
         self.schema_revision: str | None = None  # the alembic revision, once open
         # called first in every write transaction (a cluster node's lease check): raising aborts it
         self.write_fence: Callable[[Connection], None] | None = None
+        # called last in every write transaction made inside ``definition_write`` (a cluster node:
+        # bump the definitions version and NOTIFY the other nodes, committed with the change)
+        self.after_write: Callable[[Connection], None] | None = None
+        self._defining = threading.local()
         self._dialect = make_url(url).get_backend_name()
         if self._dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"unsupported database backend {self._dialect!r} (sqlite or postgresql)")
@@ -76,9 +81,13 @@ class SqlStore(SqlDefinitions, SqlMessages, SqlDelayed):
             raise RuntimeError("store is not open")
         return self._engine
 
-    def open(self) -> None:
+    def open(self, migrate_schema: bool = True) -> None:
+        """Connect and bring the schema to the newest revision (``migrate_schema=False``: only
+        connect, for a reader that must not change the schema, e.g. a cluster standby)."""
         if self._engine is None:
             self._engine = _make_engine(self.url, self._sqlite_synchronous)
+        if not migrate_schema:
+            return
         with self._write() as conn:
             migrate.upgrade_connection(conn, "head")
             self.schema_revision = MigrationContext.configure(conn).get_current_revision()
@@ -97,6 +106,17 @@ class SqlStore(SqlDefinitions, SqlMessages, SqlDelayed):
                 if self.write_fence is not None:
                     self.write_fence(conn)
                 yield conn
+                if self.after_write is not None and getattr(self._defining, "on", False):
+                    self.after_write(conn)
+
+    def definition_write(self, fn: Callable[["SqlStore"], Any]) -> Any:
+        """``fn(self)``, whose write transactions change definitions: each also runs
+        ``after_write`` (when set) before it commits."""
+        self._defining.on = True
+        try:
+            return fn(self)
+        finally:
+            self._defining.on = False
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:

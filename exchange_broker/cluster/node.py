@@ -56,6 +56,10 @@ class ClusterNode:
         self._task: asyncio.Task | None = None
         self._standby_logged = False
         self._waiting: set[tuple[str, str]] = set()  # queues whose lease another node still holds
+        # a standby's warm copy of the definitions (exchange_broker.cluster.definitions)
+        self.mirror = None
+        self.make_mirror: Callable[[], object] | None = None
+        self.warm_broker = None  # a standby's broker with the definitions, once it becomes active
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -89,6 +93,7 @@ class ClusterNode:
             except SQLAlchemyError as exc:
                 holder = f"the database is unreachable: {' '.join(str(exc).split())[:200]}"
             if await self._register("standby") and self.incarnation is not None:
+                await self._start_mirror()
                 await self._beat_quietly()
             if not self._standby_logged:
                 self._standby_logged = True
@@ -98,6 +103,39 @@ class ClusterNode:
                 return False
             except asyncio.TimeoutError:
                 pass
+
+    async def _start_mirror(self) -> None:
+        """A standby follows the definitions (``make_mirror``, set by the application), once the
+        store's schema is there."""
+        if self.mirror is not None or self.make_mirror is None:
+            return
+        mirror = self.make_mirror()
+        mirror.on_version = self._loaded_version
+        try:
+            await mirror.start()
+        except Exception as exc:  # noqa: BLE001 - e.g. the first node is still migrating: next beat
+            log.debug("cluster: cannot follow the definitions yet: %s", exc)
+            await mirror.stop()
+            return
+        self.mirror = mirror
+        log.info("cluster: standby '%s' follows the definitions (version %d)", self.name, mirror.version)
+
+    def _loaded_version(self, version: int) -> None:
+        """On the loop: tell the cluster (``cluster status``) at once, not only at the next beat."""
+        if self.incarnation is None:
+            return
+        fut = asyncio.get_running_loop().run_in_executor(
+            None, self.store.set_definitions_version, self.name, self.incarnation, version)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or
+                              log.debug("cluster: recording the definitions version failed: %s", f.exception()))
+
+    async def stop_mirror(self):
+        """Stop following the definitions; returns the warm broker (None without one)."""
+        if self.mirror is None:
+            return None
+        mirror, self.mirror = self.mirror, None
+        await mirror.stop()
+        return mirror.broker
 
     async def become_active(self, sql_store, should_exit: asyncio.Event) -> bool:
         """With the lock held: take the store's lease (it is free, or once the last active node's
@@ -122,6 +160,8 @@ class ClusterNode:
                 return False
         self.store_lease = lease
         sql_store.write_fence = lambda conn: fence(conn, lease)  # a stale node's writes fail
+        sql_store.after_write = self.store.bump_definitions  # definition writes: version + NOTIFY
+        self.warm_broker = await self.stop_mirror()  # the application serves it (take_over)
         await self._call(lambda: self.store.update_node(self.name, self.incarnation, role="active"))
         self.role = "active"
         log.info("cluster: node '%s' is active (store lease epoch %d)", self.name, lease.epoch)
@@ -145,7 +185,8 @@ class ClusterNode:
     # -- the heartbeat ------------------------------------------------------------------------------
     async def _beat_quietly(self) -> bool:
         try:
-            return await self._call(self.store.heartbeat, self.name, self.incarnation)
+            version = None if self.role == "active" else max(self.mirror.version if self.mirror else 0, 0)
+            return await self._call(self.store.heartbeat, self.name, self.incarnation, version)
         except SQLAlchemyError as exc:
             log.warning("cluster: heartbeat failed: %s", " ".join(str(exc).split())[:300])
             return True  # unknown: the lock check decides
@@ -242,6 +283,7 @@ class ClusterNode:
 
     async def stop(self) -> None:
         """A clean stop: no more beats; the node's row goes and its leases end now."""
+        await self.stop_mirror()
         if self._task is not None:
             self._task.cancel()
             try:

@@ -9,7 +9,7 @@ import sys
 
 from exchange_broker.config import CLUSTER, Config, add_arguments
 
-COLUMNS = ("node", "state", "role", "amqp", "admin", "last heartbeat", "queues led")
+COLUMNS = ("node", "state", "role", "amqp", "admin", "last heartbeat", "definitions", "queues led")
 
 
 def add_parser(sub) -> None:
@@ -62,7 +62,8 @@ def format_table(nodes: list[dict]) -> str:
     for n in nodes:
         queues = ", ".join(queue_label(q) for q in n["queues"]) or "-"
         rows.append((n["name"], "alive" if n["alive"] else "dead", n["role"], n["amqp_address"] or "-",
-                     n["admin_address"] or "-", f"{n['seconds_since_heartbeat']:.1f} s ago", queues))
+                     n["admin_address"] or "-", f"{n['seconds_since_heartbeat']:.1f} s ago",
+                     f"v{n.get('definitions_version', 0)}", queues))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(COLUMNS) - 1)]
     return "\n".join("  ".join(str(v).ljust(w) for v, w in zip(r, widths)) + "  " + str(r[-1])
                      for r in rows)

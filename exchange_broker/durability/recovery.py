@@ -27,7 +27,10 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
     """Load vhosts, durable exchanges, queues and bindings; page in each queue's first window."""
     store = durability.store
     defs = store.load_definitions()
-    restore_access(broker, durability, defs)  # users and permissions, or seed a fresh store
+    if defs.users or not durability.seed_access(broker):  # a fresh store gets the defaults, once
+        if not defs.users:  # another process seeded it just now
+            defs = store.load_definitions()
+        restore_access(broker, durability, defs)  # users and permissions
     counts = {"vhosts": 0, "exchanges": 0, "queues": 0, "bindings": 0, "messages": 0}
     for v in defs.vhosts:
         broker.add_vhost(v["name"], store=False)
@@ -54,6 +57,7 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
         counts["queues"] += 1
         counts["messages"] += q.message_count
     durability.next_queue_id = max_id + 1
+    durability.reserve_queue_ids()  # PostgreSQL: from the store's sequence (several processes)
     for b in defs.bindings:
         vh = broker.vhosts.get(b["vhost"])
         if vh is None:

@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from typing import Callable
 
 from pamqp import encode as pencode
@@ -33,6 +34,8 @@ from exchange_broker.core.ports import Waiter
 from exchange_broker.durability.delayed_writes import DelayedWrites
 
 log = logging.getLogger("exchange_broker.persistence")
+
+QUEUE_ID_BLOCK = 256  # queue ids reserved from a shared store at a time (refilled at half)
 
 
 def encode_args(arguments: dict | None) -> bytes:
@@ -47,7 +50,10 @@ class SqlDurability(DelayedWrites):
         self.window = window
         self.loop = loop
         self.writer = GroupCommitWriter(store, self._on_done_thread)
-        self.next_queue_id = 1
+        self.next_queue_id = 1  # SQLite: this process allocates queue ids
+        self._queue_ids: deque[int] = deque()  # PostgreSQL: ids reserved from the store's sequence
+        self._shared_ids = False
+        self._reserving = False
         self._appends: list[StoredMessage] = []
         self._removes: list[tuple[int, int]] = []
         self._marks: dict[int, int] = {}
@@ -89,7 +95,7 @@ class SqlDurability(DelayedWrites):
         for it."""
         self.flush()
         waiter = self.pending_definition = Waiter()
-        self.writer.submit_call(waiter, fn)
+        self.writer.submit_call(waiter, lambda store: _definition_write(store, fn))
 
     def read(self, fn: Callable, *args, done: Callable[[object, BaseException | None], None]) -> None:
         """``fn(store, *args)`` on an executor thread, then ``done(result, None)`` (or
@@ -167,6 +173,14 @@ class SqlDurability(DelayedWrites):
         name, pw, algo, tags = user.name, user.password_hash, user.hashing_algorithm, list(user.tags)
         self.write(lambda s: s.put_user(name, pw, algo, tags))
 
+    def seed_access(self, broker) -> bool:
+        """At start-up (blocking): write the broker's default vhosts, users and permissions to a
+        store without users, atomically; False if another process on the store seeded it first."""
+        vhost_names = list(broker.vhosts)
+        user_rows = [(u.name, u.password_hash, u.hashing_algorithm, list(u.tags)) for u in broker.users.values()]
+        perm_rows = [(user, vhost, *triple) for (user, vhost), triple in broker.permissions.items()]
+        return _definition_write(self.store, lambda s: s.seed_access(vhost_names, user_rows, perm_rows))
+
     def user_deleted(self, name: str) -> None:
         self.write(lambda s: s.delete_user(name))
 
@@ -187,13 +201,42 @@ class SqlDurability(DelayedWrites):
     def queue_declared(self, q) -> None:
         if q.exclusive:
             return  # exclusive queues die with their connection: never stored, as in RabbitMQ
-        q.store_id = self.next_queue_id
-        self.next_queue_id += 1
+        q.store_id = self._next_queue_id()
         args = encode_args(q.arguments)
         qid = q.store_id
         self.attach(q, self.window)
         self.write(lambda s: s.put_queue(q.vhost, q.name, q.durable, False, q.auto_delete, args,
                                                queue_id=qid))
+
+    def reserve_queue_ids(self) -> None:
+        """At start-up (blocking): a store shared by several processes (PostgreSQL) hands out
+        queue ids from its sequence in blocks; otherwise this process counts from
+        ``next_queue_id``."""
+        reserve = getattr(self.store, "reserve_queue_ids", None)
+        ids = reserve(QUEUE_ID_BLOCK) if reserve is not None else None
+        if ids is not None:
+            self._shared_ids = True
+            self._queue_ids.extend(ids)
+
+    def _next_queue_id(self) -> int:
+        if not self._shared_ids:
+            qid, self.next_queue_id = self.next_queue_id, self.next_queue_id + 1
+            return qid
+        if not self._queue_ids:  # declares outran a refill: reserve now (rare)
+            log.debug("queue ids ran out before the refill came back: reserving on the loop")
+            self._queue_ids.extend(self.store.reserve_queue_ids(QUEUE_ID_BLOCK))
+        qid = self._queue_ids.popleft()
+        if len(self._queue_ids) < QUEUE_ID_BLOCK // 2 and not self._reserving:
+            self._reserving = True
+            self.read(_reserve_ids, QUEUE_ID_BLOCK, done=self._reserved)
+        return qid
+
+    def _reserved(self, ids, exc: BaseException | None) -> None:
+        self._reserving = False
+        if exc is not None:
+            log.warning("reserving queue ids failed (retried at the next declare): %s", exc)
+            return
+        self._queue_ids.extend(ids)
 
     def queue_deleted(self, q) -> None:
         if q.store_id is None:
@@ -282,6 +325,17 @@ def _answer(fut: asyncio.Future, done: Callable) -> None:
         done(None, exc)
     else:
         done(fut.result(), None)
+
+
+def _definition_write(store, fn: Callable):
+    """On the writer thread: ``fn(store)`` as a definition change (a cluster node's store then
+    announces it to the other nodes in the same transaction)."""
+    run = getattr(store, "definition_write", None)
+    return fn(store) if run is None else run(fn)
+
+
+def _reserve_ids(store, n: int) -> list[int]:
+    return store.reserve_queue_ids(n)
 
 
 def _load_messages(store, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:

@@ -96,7 +96,8 @@ def list_nodes(ctx: AdminContext) -> list[dict]:
 def cluster_nodes(ctx: AdminContext, members: list[dict]) -> list[dict]:
     """With --cluster: every node of the cluster (this one with its own figures), RabbitMQ's
     ``name`` and ``running`` plus the membership fields: ``alive``, ``cluster_role``,
-    ``heartbeat_at``, ``seconds_since_heartbeat``, addresses and ``queues_led``."""
+    ``heartbeat_at``, ``seconds_since_heartbeat``, addresses, ``queues_led`` and
+    ``definitions_version`` (the definitions the node has loaded)."""
     out = []
     for m in members:
         row = node_info(ctx, listeners(ctx)) if m["name"] == ctx.cluster.name else {"type": "disc"}
@@ -105,7 +106,8 @@ def cluster_nodes(ctx: AdminContext, members: list[dict]) -> list[dict]:
                     "os_pid": str(m["pid"]), "host": m["host"], "incarnation": m["incarnation"],
                     "started_at": m["started_at"], "heartbeat_at": m["heartbeat_at"],
                     "seconds_since_heartbeat": m["seconds_since_heartbeat"],
-                    "failover_timeout": m["failover_timeout"], "queues_led": m["queues"]})
+                    "failover_timeout": m["failover_timeout"], "queues_led": m["queues"],
+                    "definitions_version": m.get("definitions_version", 0)})
         out.append(row)
     return out
 
