@@ -13,15 +13,15 @@ from eb_support import uniq
 from ss_helpers import KEYS, TOTAL, abort_connection, group_state, key_of
 
 
-async def _publish(url: str, name: str) -> None:
+async def _publish(url: str, name: str, first: int = 0, end: int = TOTAL) -> None:
     conn = await aio_pika.connect(url)
     ch = await conn.channel(publisher_confirms=True)
     await ch.declare_exchange(name, "x-super-stream", durable=True, arguments={"x-partitions": 3})
     ex = await ch.get_exchange(name)
-    for start in range(0, TOTAL, 500):   # 500 confirms in flight at a time, in publish order
+    for start in range(first, end, 500):   # 500 confirms in flight at a time, in publish order
         await asyncio.gather(*(ex.publish(aio_pika.Message(str(i).encode(), delivery_mode=2),
                                           routing_key=key_of(i))
-                               for i in range(start, start + 500)))
+                               for i in range(start, min(start + 500, end))))
     await conn.close()
 
 
@@ -73,14 +73,15 @@ def test_members_join_and_die_second_group_reads_all(broker):
     name = uniq("ss")
 
     async def main():
-        await _publish(broker.url, name)
+        await _publish(broker.url, name, 0, 1500)
         a = await Member(broker.url, name, "billing").start()
         b = await Member(broker.url, name, "billing").start()
         await _until(lambda: len(a.got) + len(b.got) >= 800)
         assert a.got and b.got
         c = await Member(broker.url, name, "billing").start()
-        # c takes its partitions once their owner settled what it holds: it gets a share of the
-        # ~1,400 messages still to go (waiting on c itself, not on a count a and b may reach first)
+        # the rest is published once c is in (a and b may well have read all of the first part):
+        # c's partitions hold a third of it
+        await _publish(broker.url, name, 1500, TOTAL)
         await _until(lambda: c.got or len(a.got) + len(b.got) >= TOTAL)
         assert c.got, "the member that joined got a partition"
         # b's connection dies (transport aborted, no connection.close): its partitions move

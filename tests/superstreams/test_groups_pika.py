@@ -22,7 +22,12 @@ def _setup(port: int) -> tuple:
 
 
 def test_two_members_then_a_third_joins(broker):
-    conn, name = _setup(broker.port)
+    conn = connect(broker.port)
+    name = uniq("ss")
+    ch = conn.channel()
+    declare(ch, name)
+    half = TOTAL // 2
+    publish(ch, name, total=half)
     a = Member(broker.port, name, "billing", prefetch=20)
     b = Member(broker.port, name, "billing", prefetch=20)
     members = [a, b]
@@ -30,6 +35,9 @@ def test_two_members_then_a_third_joins(broker):
     assert a.got and b.got
     c = Member(broker.port, name, "billing", prefetch=20)
     members.append(c)
+    # the second half is published once c is in (a and b may well have read all of the first):
+    # c's partitions hold a third of it
+    publish(ch, name, total=TOTAL - half, start=half)
     run_until(members, lambda: sum(len(m.got) for m in members) >= TOTAL)
     items = [x for m in members for x in m.got]
     # every message once: no (partition, offset) went to two members, none is missing
