@@ -216,9 +216,12 @@ def test_node_dies_under_the_driver_connection(spark, amqp_url, amqp, classic_qu
 
     from spark_integration.amqp import ConnectionParams
 
+    gate = str(tmp_path / "node-killed")  # batch 0 cannot finish (nor be acked) before the kill
+
     @F.udf(BinaryType())
     def slow(b):
-        time.sleep(0.05)
+        while not os.path.exists(gate):
+            time.sleep(0.01)
         return b
 
     live = ConnectionParams.from_url(amqp_url).nodes()[0]
@@ -232,6 +235,7 @@ def test_node_dies_under_the_driver_connection(spark, amqp_url, amqp, classic_qu
     try:
         wait_for(lambda: os.path.exists(os.path.join(ck, "offsets", "0")), "batch 0", 180)
         proxy.kill()                                  # batch 0 is held, not acked
+        open(gate, "w").close()
         from spark_integration.rows import spark_schema
         written = lambda: {r.body for r in spark.read.schema(spark_schema()).parquet(out)  # noqa: E731
                            .select("body").collect()}
