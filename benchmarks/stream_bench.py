@@ -46,6 +46,7 @@ from loadgen.client import AMQPError, Connection, run_loop  # noqa: E402
 from loadgen.procs import rss_bytes  # noqa: E402
 from loadgen.publisher import Publisher  # noqa: E402
 from loadgen.wire import encode_publish, server_name  # noqa: E402
+from loadgen import waits  # noqa: E402
 
 
 # --------------------------------------------------------------------------
@@ -77,14 +78,7 @@ async def run_one(label: str, host: str, port: int, opts, rss=None) -> dict:
         # -- publish --------------------------------------------------------------------------
         t0 = loop.time()
         await pub.run()
-        while prod.confirmed + prod.nacked < opts.count:
-            if prod.error is not None:
-                raise prod.error
-            prod.confirm_event.clear()
-            try:
-                await asyncio.wait_for(prod.confirm_event.wait(), 60)
-            except asyncio.TimeoutError:
-                raise AMQPError(f"{label}: confirms stalled at {prod.confirmed}") from None
+        await waits.confirmed(prod, opts.count, label)
         t_pub = loop.time() - t0
         if prod.nacked:
             raise AMQPError(f"{label}: {prod.nacked} publishes nacked")
@@ -105,23 +99,16 @@ async def run_one(label: str, host: str, port: int, opts, rss=None) -> dict:
                                                arguments={"x-stream-offset": "first"}),
                         "Basic.ConsumeOk")
         peak = 0.0
-        last_progress, last_total = loop.time(), -1
-        while len(done_at) < len(consumers):
-            await asyncio.sleep(0.01)
-            now = loop.time()
+
+        def tick(now: float) -> None:
+            nonlocal peak
             for i, c in enumerate(consumers):
-                if c.error is not None:
-                    raise c.error
                 if i not in done_at and c.deliveries >= opts.count:
                     done_at[i] = now
-            total = sum(c.deliveries for c in consumers)
-            if total != last_total:
-                last_total, last_progress = total, now
-            elif now - last_progress > 60:
-                raise AMQPError(f"{label}: consumers stalled at "
-                                f"{[c.deliveries for c in consumers]}")
             if rss is not None and int(now * 2) != int((now - 0.01) * 2):
                 peak = max(peak, rss() or 0.0)
+
+        await waits.read(consumers, lambda: len(done_at) == len(consumers), label, tick)
         t_read = max(done_at.values()) - t1
         result["read_seconds"] = round(t_read, 3)
         result["read_per_s"] = round(opts.count * len(consumers) / t_read, 1)

@@ -41,8 +41,11 @@ sys.path.insert(0, str(HERE))
 
 from pamqp import commands  # noqa: E402
 
-from amqp_load import AMQPError, Connection, Publisher, encode_publish  # noqa: E402
-from stream_bench import OurBroker, _server_name  # noqa: E402
+from loadgen import waits  # noqa: E402
+from loadgen.brokers import OurBroker  # noqa: E402
+from loadgen.client import AMQPError, Connection, run_loop  # noqa: E402
+from loadgen.publisher import Publisher  # noqa: E402
+from loadgen.wire import encode_publish, server_name  # noqa: E402
 
 
 class KeyedPublisher(Publisher):
@@ -67,7 +70,7 @@ async def run_one(target: str, partitions: int, port: int, opts) -> dict:
     members = [Connection(f"{target}-member-{i}") for i in range(readers)]
     result = {"target": target, "partitions": partitions, "readers": readers, "count": opts.count}
     await prod.open(*args)
-    result["server"] = _server_name(prod.server_properties)
+    result["server"] = server_name(prod.server_properties)
     try:
         if partitions:
             await prod.rpc(commands.Exchange.Declare(exchange=name, exchange_type="x-super-stream",
@@ -88,14 +91,7 @@ async def run_one(target: str, partitions: int, port: int, opts) -> dict:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         await pub.run()
-        while prod.confirmed + prod.nacked < opts.count:
-            if prod.error is not None:
-                raise prod.error
-            prod.confirm_event.clear()
-            try:
-                await asyncio.wait_for(prod.confirm_event.wait(), 60)
-            except asyncio.TimeoutError:
-                raise AMQPError(f"{target}: confirms stalled at {prod.confirmed}") from None
+        await waits.confirmed(prod, opts.count, target)
         t_pub = loop.time() - t0
         result["published_per_s"] = round(opts.count / t_pub, 1)
 
@@ -110,17 +106,7 @@ async def run_one(target: str, partitions: int, port: int, opts) -> dict:
         for i, c in enumerate(members):
             await c.rpc(commands.Basic.Consume(queue=name, consumer_tag=f"m-{i}", arguments=consume_args),
                         "Basic.ConsumeOk")
-        last, last_at = -1, loop.time()
-        while sum(c.deliveries for c in members) < opts.count:
-            await asyncio.sleep(0.01)
-            for c in members:
-                if c.error is not None:
-                    raise c.error
-            total = sum(c.deliveries for c in members)
-            if total != last:
-                last, last_at = total, loop.time()
-            elif loop.time() - last_at > 60:
-                raise AMQPError(f"{target}: reading stalled at {[c.deliveries for c in members]}")
+        await waits.read(members, lambda: sum(c.deliveries for c in members) >= opts.count, target)
         t_read = loop.time() - t1
         result["read_per_s"] = round(opts.count / t_read, 1)
         result["per_reader"] = [c.deliveries for c in members]
@@ -175,7 +161,7 @@ async def main_async(opts) -> list[dict]:
             for target, n in targets[k:] + targets[:k]:
                 runs[target].append(await run_one(target, n, broker.port, opts))
     except Exception:
-        print(broker.log_text(), file=sys.stderr)
+        print(broker.log_tail(), file=sys.stderr)
         raise
     finally:
         broker.stop()
@@ -210,15 +196,8 @@ def print_table(results: list[dict], opts) -> None:
 
 def main(argv=None) -> int:
     opts = build_parser().parse_args(argv)
-    runner = asyncio.run
-    if not opts.no_uvloop:
-        try:
-            import uvloop
-            runner = uvloop.run
-        except ImportError:
-            pass
     try:
-        results = runner(main_async(opts))
+        results = run_loop(main_async(opts), opts.no_uvloop)
     except (AMQPError, OSError, RuntimeError, asyncio.TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -185,3 +185,15 @@ def test_verify_reports_a_duplicate_and_a_gap():
     assert c.deliveries == 4 and c.v_completed == 4
     assert c.v_errors == ["delivery #3: sequence 2, expected 3",
                           "delivery #4: sequence 4, expected 3"]
+
+
+def test_super_stream_bench_reads_every_message_through_a_group():
+    out = subprocess.run([sys.executable, str(BENCH / "super_stream_bench.py"), "--count", "3000",
+                          "--rounds", "1", "--partitions", "3", "--prefetch", "200", "--json"],
+                         capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("[")][-1])
+    assert [r["target"] for r in results] == ["stream", "ss-3"]
+    for r in results:
+        assert sum(r["per_reader"]) == 3000 and r["published_per_s"] > 0 and r["read_per_s"] > 0
+    assert len(results[1]["per_reader"]) == 3  # the group's three members shared the partitions
