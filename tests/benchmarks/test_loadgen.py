@@ -197,3 +197,11 @@ def test_super_stream_bench_reads_every_message_through_a_group():
     for r in results:
         assert sum(r["per_reader"]) == 3000 and r["published_per_s"] > 0 and r["read_per_s"] > 0
     assert len(results[1]["per_reader"]) == 3  # the group's three members shared the partitions
+
+
+@pytest.mark.parametrize("mode", ["transient", "confirms", "fanout"])
+def test_hot_path_measures_each_mode(mode):
+    out = subprocess.run([sys.executable, str(BENCH / "hot_path.py"), mode, "--rounds", "4"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith(f"{mode}: ") and float(out.stdout.split()[1]) > 0
