@@ -5,11 +5,26 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from pamqp import commands
+from pamqp import frame as pframe
+
 from exchange_broker.app import build_broker
 from exchange_broker.config import Config
 from exchange_broker.core.broker import Broker
+from exchange_broker.protocol.constants import PROTOCOL_HEADER
 from exchange_broker.server.clock import LoopClock
 from exchange_broker.server.listener import BrokerServer
+
+
+def client_handshake(*channels: int, vhost: str = "/") -> bytes:
+    """What a client sends to log in as guest and open ``vhost`` (then channel.open on each of
+    ``channels``): bytes to feed a sans-IO Session or ServerConnection."""
+    data = (PROTOCOL_HEADER
+            + pframe.marshal(commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
+                                                         response="\x00guest\x00guest"), 0)
+            + pframe.marshal(commands.Connection.TuneOk(2047, 131072, 0), 0)
+            + pframe.marshal(commands.Connection.Open(virtual_host=vhost), 0))
+    return data + b"".join(pframe.marshal(commands.Channel.Open(), ch) for ch in channels)
 
 
 class ThreadedBroker:

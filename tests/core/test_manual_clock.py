@@ -7,17 +7,12 @@ from __future__ import annotations
 from pamqp import commands
 from pamqp import frame as pframe
 
+from exchange_broker.testing import client_handshake
 from exchange_broker.assembly import make_broker
 from exchange_broker.connection.session import Session
 from exchange_broker.core.clock import ManualClock
-from exchange_broker.protocol.constants import PROTOCOL_HEADER
 
-HANDSHAKE = (PROTOCOL_HEADER
-             + pframe.marshal(commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
-                                                          response="\x00guest\x00guest"), 0)
-             + pframe.marshal(commands.Connection.TuneOk(2047, 131072, 0), 0)
-             + pframe.marshal(commands.Connection.Open(virtual_host="/"), 0)
-             + pframe.marshal(commands.Channel.Open(), 1))
+HANDSHAKE = client_handshake(1)
 
 
 def frames(data: bytes) -> list:

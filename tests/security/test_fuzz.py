@@ -35,7 +35,7 @@ from sec_helpers import Raw, wait_for
 from exchange_broker.assembly import make_broker
 from exchange_broker.core.clock import ManualClock
 from exchange_broker.connection.session import Session
-from exchange_broker.testing import ThreadedBroker
+from exchange_broker.testing import ThreadedBroker, client_handshake
 
 _BASE = settings(deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
@@ -182,12 +182,7 @@ def test_invalid_field_tables(env, chunk):
 
 # -- in-process: the same generators straight into a Session (no sockets, many more examples) -------
 
-_HANDSHAKE = (PROTOCOL_HEADER
-              + pframe.marshal(commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
-                                                           response="\x00guest\x00guest"), 0)
-              + pframe.marshal(commands.Connection.TuneOk(2047, 131072, 0), 0)
-              + pframe.marshal(commands.Connection.Open(virtual_host="/"), 0)
-              + pframe.marshal(commands.Channel.Open(), 1))
+_HANDSHAKE = client_handshake(1)
 
 
 @pytest.fixture(scope="module")
