@@ -9,7 +9,6 @@ The session hands each event for this channel to :meth:`Channel.publish`, :meth:
 
 from __future__ import annotations
 
-import time
 from time import monotonic
 from collections import OrderedDict
 from functools import partial
@@ -86,10 +85,6 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 c.queue.dispatch()
 
     # -- delivery: the one routine ------------------------------------------------------------------
-    @property
-    def deliverable(self) -> bool:
-        return self.flow_active and self.session.writable and not self.closed
-
     def delivery_sink(self, consumer: Consumer):
         """``deliver(msg) -> tag`` for one consumer (what its queue calls)."""
         return partial(self._deliver, consumer)
@@ -112,12 +107,12 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         sess.out_pending += len(msg.body) + 96
         if sess.out_pending > OUTPUT_BUDGET:
             sess.writable = False  # resumes after the next flush
-        if consumer.no_ack:  # settled as it leaves (what _track does, inlined on the hot path)
+        if consumer.no_ack:  # settled as it leaves
             q.stats_deliver_no_ack += 1
             q.settle(msg)
             if not sess.dirty:
                 sess.mark_dirty()
-        else:  # awaits its ack (what _track does, inlined)
+        else:  # awaits its ack
             q.stats_deliver += 1
             msg.delivered_at = monotonic()  # the consumer timeout
             self.unacked[tag] = (msg, consumer)
@@ -130,18 +125,16 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 sess.mark_dirty()
         return tag
 
-    def _track(self, tag: int, msg: Message, consumer: Consumer | None, no_ack: bool) -> None:
-        """After a delivery (consumer) or get-ok (consumer None): settle it or await its ack."""
-        msg.delivered_at = time.monotonic()  # the consumer timeout covers basic.get too
+    def _track_get(self, tag: int, msg: Message, no_ack: bool) -> None:
+        """After a get-ok: settle it, or await its ack (no consumer's prefetch counts it).
+        Deliveries to consumers do the same inline in ``_deliver``."""
+        msg.delivered_at = monotonic()  # the consumer timeout covers basic.get too
         q = msg.queue
         if no_ack:
             q.settle(msg)
         else:
-            self.unacked[tag] = (msg, consumer)
+            self.unacked[tag] = (msg, None)
             q.unacked += 1
-            if consumer is not None:
-                consumer.unacked += 1
-                self.global_unacked += 1
             q.delivered(msg)
         self.session.mark_dirty()
 
@@ -348,7 +341,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
             self.number, tag, msg.redelivered, codec.short_str(msg.exchange),
             codec.short_str(msg.routing_key), q.message_count, msg.properties, msg.body,
             sess.conn.frame_max))
-        self._track(tag, msg, None, m.no_ack)
+        self._track_get(tag, msg, m.no_ack)
 
     def _retry_get(self, m) -> None:
         """A basic.get that waited for a paged queue's refill (or its purge) is answered now."""
