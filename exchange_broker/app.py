@@ -147,7 +147,7 @@ async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     # HTTPS with the amqps certificate unless --no-admin-tls
     ssl_options = server.tls.uvicorn_options() if server.tls is not None and not config.no_admin_tls else None
     admin = AdminServer(broker, host, port, amqp_server=server, ssl_options=ssl_options,
-                        sample_interval=config.stats_sample_interval)
+                        sample_interval=config.stats_sample_interval, trust_local_proxy=config.cluster)
     try:
         await admin.start()
     except OSError as exc:
@@ -177,6 +177,7 @@ class Application:
         self.should_exit = asyncio.Event()
         self._stopped = False
         self.cluster = None  # exchange_broker.cluster.node.ClusterNode with --cluster
+        self.forwarders: list = []  # a cluster standby's listeners, passing clients to the active node
         self.exit_code = 0
 
     async def start(self) -> bool:
@@ -193,6 +194,8 @@ class Application:
             self.store, self.store_lock = await loop.run_in_executor(None, open_store, config, held_lock)
             if self.cluster is not None and not await self.cluster.become_active(self.store, self.should_exit):
                 return False
+            await self._stop_forwarding()  # this node serves now, on the same ports
+            config = self.config
             if self.store_lock is not None and self.cluster is None:  # a cluster node checks it each beat
                 self._lock_watch = loop.create_task(self._watch_lock(), name="store-lock")
             self.durability = SqlDurability(self.store, loop, window=config.queue_window)
@@ -205,7 +208,7 @@ class Application:
         self.server = make_server(self.broker, config)
         await self.server.start()
         self.admin = await start_admin(config, self.broker, self.server)
-        if config.port_file:
+        if config.port_file and not self.config.cluster:  # a cluster node wrote it when it began to listen
             with open(config.port_file, "w") as fh:
                 fh.write(str(self.server.port))
         if self.cluster is not None:
@@ -221,6 +224,7 @@ class Application:
         """Join as a standby until the store's lock is ours (returned), None when asked to exit."""
         from exchange_broker.cluster.node import ClusterNode, ClusterStartError
         from persistence.lock import store_lock
+        await self._start_forwarding()  # first: with --port 0 the node's default name needs the port
         config = self.config
         self.cluster = ClusterNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
                                    config.cluster_failover_timeout)
@@ -231,6 +235,46 @@ class Application:
             return lock if await self.cluster.acquire_store(lock, self.should_exit) else None
         except ClusterStartError as exc:
             raise StartupError(str(exc)) from None
+
+    async def _start_forwarding(self) -> None:
+        """A cluster node listens at once: while it stands by, its AMQP and admin listeners pass
+        every client to the active node (exchange_broker.cluster.forward, standby_admin). The
+        ports they bound are the ones the node serves on once active (``--port 0`` included)."""
+        import dataclasses
+
+        from exchange_broker.cluster.forward import Forwarder
+        from exchange_broker.cluster.standby_admin import StandbyAdminApp
+        from exchange_broker.management.server import AdminServer
+        config = self.config
+        amqp = Forwarder(config.host, config.port, lambda: self.cluster.amqp_target() if self.cluster else None)
+        try:
+            await amqp.start()
+        except OSError as exc:
+            raise StartupError(str(exc)) from None
+        self.forwarders.append(amqp)
+        admin_port = config.admin_port
+        if config.admin_port:
+            https = config.tls is not None and not config.no_admin_tls
+            ssl_options = config.tls.uvicorn_options() if https else None
+            admin = AdminServer(None, config.admin_listen_host, config.admin_port, ssl_options=ssl_options,
+                                app=StandbyAdminApp(lambda: self.cluster.admin_target() if self.cluster else None,
+                                                    https=https))
+            try:
+                await admin.start()
+            except OSError as exc:
+                raise StartupError(f"cannot listen on {config.admin_listen_host}:{config.admin_port} for the "
+                                   f"admin API: {socket_error_text(exc)}") from exc
+            self.forwarders.append(admin)
+            admin_port = admin.port
+        self.config = dataclasses.replace(config, port=amqp.port, admin_port=admin_port)
+        if config.port_file:
+            with open(config.port_file, "w") as fh:
+                fh.write(str(amqp.port))
+
+    async def _stop_forwarding(self) -> None:
+        forwarders, self.forwarders = self.forwarders, []
+        for forwarder in forwarders:
+            await forwarder.stop()
 
     async def _warm_broker(self) -> Broker | None:
         """A standby that became active serves the broker it kept the definitions in (caught up
@@ -292,6 +336,7 @@ class Application:
         if self._stopped:
             return
         self._stopped = True
+        await self._stop_forwarding()
         if self.admin is not None:
             await self.admin.stop()
         if self.server is not None:

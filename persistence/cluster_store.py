@@ -191,6 +191,14 @@ class ClusterStore:
                         "queues": led.get(r["name"], [])})
         return out
 
+    def active_addresses(self) -> tuple[str, str] | None:
+        """(AMQP, admin) addresses of the live active node that serves, None when there is none."""
+        with self.transaction() as conn:
+            row = conn.execute(text(
+                f"SELECT amqp_address, admin_address FROM cluster_nodes WHERE role = 'active' AND {ALIVE} "
+                f"AND amqp_address <> '' ORDER BY heartbeat_at DESC LIMIT 1")).first()
+        return (row[0], row[1]) if row is not None else None
+
     def live_nodes(self, role: str | None = None, *, other_than: str | None = None) -> list[str]:
         """Names of the nodes alive now (optionally of one role, leaving one name out)."""
         return [n["name"] for n in self.nodes()

@@ -60,6 +60,9 @@ class ClusterNode:
         self.mirror = None
         self.make_mirror: Callable[[], object] | None = None
         self.warm_broker = None  # a standby's broker with the definitions, once it becomes active
+        # where the active node serves (AMQP, admin), refreshed each beat of a standby: its
+        # listeners pass client connections there (exchange_broker.cluster.forward)
+        self.active: tuple[str, str] | None = None
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -95,6 +98,7 @@ class ClusterNode:
             if await self._register("standby") and self.incarnation is not None:
                 await self._start_mirror()
                 await self._beat_quietly()
+                await self._find_active()
             if not self._standby_logged:
                 self._standby_logged = True
                 log.info("cluster: node '%s' is standing by (%s)", self.name, holder)
@@ -103,6 +107,20 @@ class ClusterNode:
                 return False
             except asyncio.TimeoutError:
                 pass
+
+    async def _find_active(self) -> None:
+        try:
+            self.active = await self._call(self.store.active_addresses)
+        except SQLAlchemyError as exc:
+            log.debug("cluster: cannot read the active node's addresses: %s", exc)
+            self.active = None
+
+    def amqp_target(self) -> str | None:
+        """The active node's AMQP address, for a standby's listener (None: none is known)."""
+        return self.active[0] if self.active and self.role != "active" else None
+
+    def admin_target(self) -> str | None:
+        return self.active[1] if self.active and self.active[1] and self.role != "active" else None
 
     async def _start_mirror(self) -> None:
         """A standby follows the definitions (``make_mirror``, set by the application), once the
@@ -156,6 +174,7 @@ class ClusterNode:
                             "after its last heartbeat) before serving", held.leader if held else "?",
                             self.failover_timeout)
             await self._beat_quietly()
+            await self._find_active()
             if await self._wait(should_exit):
                 return False
         self.store_lease = lease

@@ -31,13 +31,19 @@ class _InLoopServer(uvicorn.Server):
 class AdminServer:
     def __init__(self, broker, host: str = "127.0.0.1", port: int = 15672, *, amqp_server=None,
                  context: AdminContext | None = None, ssl_options: dict | None = None,
-                 sample_interval: float = DEFAULT_INTERVAL) -> None:
+                 sample_interval: float = DEFAULT_INTERVAL, app=None, trust_local_proxy: bool = False) -> None:
         self.broker = broker
         self.ssl_options = dict(ssl_options or {})  # HTTPS: tls.TLSConfig.uvicorn_options()
         self.host = host
         self.port = port
-        self.context = context or AdminContext(broker, amqp_server, sample_interval=sample_interval)
-        self.app = create_app(self.context)
+        # ``app``: another ASGI app on this server's socket (a cluster standby's, which forwards
+        # every request to the active node); it has no context and samples nothing
+        self.context = None if app is not None else \
+            context or AdminContext(broker, amqp_server, sample_interval=sample_interval)
+        self.app = app if app is not None else create_app(self.context)
+        # a cluster node believes X-Forwarded-For from this host only (its standbys forward requests
+        # with the real client's address, which guest's loopback-only rule needs)
+        self.trust_local_proxy = trust_local_proxy
         self._server: _InLoopServer | None = None
         self._task: asyncio.Task | None = None
         self._sampler: asyncio.Task | None = None
@@ -60,7 +66,8 @@ class AdminServer:
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.app, lifespan="off", log_config=None, log_level="warning",
                                 access_log=False,
-                                timeout_graceful_shutdown=2, server_header=False, proxy_headers=False,
+                                timeout_graceful_shutdown=2, server_header=False,
+                                proxy_headers=self.trust_local_proxy, forwarded_allow_ips="127.0.0.0/8,::1",
                                 timeout_keep_alive=5, **self.ssl_options)
         server = self._server = _InLoopServer(config)
         self._task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]),
@@ -73,8 +80,9 @@ class AdminServer:
                     raise exc
                 raise RuntimeError(f"admin HTTP server failed to start: {exc!r}")
             await asyncio.sleep(0.01)
-        self.context.sample()
-        self._sampler = asyncio.get_running_loop().create_task(self._sample(), name="admin-stats")
+        if self.context is not None:
+            self.context.sample()
+            self._sampler = asyncio.get_running_loop().create_task(self._sample(), name="admin-stats")
         bound_host, bound_port = sock.getsockname()[:2]
         bound = f"[{bound_host}]:{bound_port}" if ":" in bound_host else f"{bound_host}:{bound_port}"
         log.info("admin API listening on %s (%s; web UI at /, docs at /api/docs, metrics at /metrics)", bound,

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("exchange_broker.server")
 
 WRITE_HIGH_WATER = 4 * 1024 * 1024  # transport buffer above which a session stops writing deliveries
+PROXY_LINE_MAX = 107  # the longest PROXY protocol v1 line, CRLF included
+
+
+def is_loopback(host: str) -> bool:
+    """A peer on this host (IPv4, IPv6 or IPv4-mapped loopback)."""
+    return host.startswith("127.") or host in ("::1", "localhost", "") or host.startswith("::ffff:127.")
 
 
 class AMQPProtocol(asyncio.Protocol):
@@ -33,6 +39,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.opened_at = self.last_read
         self.lingering = False  # closed on our side: input is read and dropped until the peer hangs up
         self._linger_timer: asyncio.TimerHandle | None = None
+        self._head: bytes | None = b""  # the first bytes, until we know whether a PROXY line leads them
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -80,7 +87,41 @@ class AMQPProtocol(asyncio.Protocol):
         self.last_read = time.monotonic()
         if self.lingering:
             return
+        if self._head is not None:
+            data = self._proxy_header(data)
+            if not data:
+                return
         self.session.data_received(data)
+
+    def _proxy_header(self, data: bytes) -> bytes:
+        """A connection forwarded by a cluster node on this host starts with a PROXY protocol v1
+        line naming the real client (HAProxy's format). It is believed only from a loopback peer,
+        the rule guest's login follows too: a remote peer cannot claim to be local."""
+        head = self._head + data
+        if not (head.startswith(b"PROXY ") or (len(head) < 6 and b"PROXY "[:len(head)] == head)):
+            self._head = None
+            return head
+        if not is_loopback(self.session.peer[0]):
+            self._head = None  # a remote peer's PROXY line is not believed: the session refuses it
+            return head
+        end = head.find(b"\r\n")
+        if end < 0:
+            if len(head) > PROXY_LINE_MAX:
+                self._head = None
+                return head
+            self._head = head
+            return b""
+        self._head = None
+        fields = head[:end].split(b" ")
+        if len(fields) == 6 and fields[1] in (b"TCP4", b"TCP6"):
+            try:
+                client = (fields[2].decode("ascii"), int(fields[4]))
+            except (UnicodeDecodeError, ValueError):
+                client = None
+            if client is not None:
+                self.session.peer = client
+                self.session.name = f"{client[0]}:{client[1]}"
+        return head[end + 2:]
 
     def eof_received(self) -> bool:
         return False

@@ -17,13 +17,15 @@ FAILOVER_TIMEOUT = "1.5"
 
 
 class NodeProcess(SubprocessBroker):
-    """One node. ``start_node()`` returns once it is active (its port file is written) or
-    standing by (its log says so); ``port`` is known once it is active."""
+    """One node. ``start_node()`` returns once it is active (its log says it is ready) or
+    standing by (its log says so). Every node listens (a standby passes its clients to the
+    active node): ``port`` is its AMQP port, read from its port file."""
 
     def __init__(self, workdir: Path, url: str, name: str, *extra: str) -> None:
         self.name = name
         self.admin_port = free_port()
-        super().__init__(workdir, ["--cluster", "--database-url", url, "--node-name", name,
+        self.amqp_port = free_port()  # the same across restarts, as a real node's: clients list it
+        super().__init__(workdir, ["--cluster", "--database-url", url, "--node-name", name, "--port", str(self.amqp_port),
                                    "--cluster-heartbeat", HEARTBEAT, "--cluster-failover-timeout", FAILOVER_TIMEOUT,
                                    "--admin-port", str(self.admin_port), "--admin-host", "127.0.0.1", *extra])
         self.port_file: Path | None = None
@@ -38,14 +40,14 @@ class NodeProcess(SubprocessBroker):
             self.proc = subprocess.Popen(self.command(self.port_file), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=log, cwd=str(REPO),
                                          env=subprocess_env(self.env), start_new_session=True)
-        ready = wait_until(lambda: self.proc.poll() is not None or self.is_active() or "is standing by" in self.log(),
-                           timeout=timeout, interval=0.05)
+        ready = wait_until(lambda: self.proc.poll() is not None or self.is_active() or
+                           (self.listening() and "is standing by" in self.log()), timeout=timeout, interval=0.05)
         if not ready or self.proc.poll() is not None:
             raise RuntimeError(f"node {self.name} did not start (exit {self.proc.poll()}):\n{self.log()[-4000:]}")
         return self
 
-    def is_active(self) -> bool:
-        """Active (serving): its port file is written; ``port`` is set then."""
+    def listening(self) -> bool:
+        """Its port file is written (as a standby or active); ``port`` is set then."""
         try:
             written = self.port_file.read_text().strip()
         except FileNotFoundError:
@@ -53,6 +55,10 @@ class NodeProcess(SubprocessBroker):
         if written:
             self.port = int(written)
         return bool(written)
+
+    def is_active(self) -> bool:
+        """Active: it serves the broker itself (its log says it is ready)."""
+        return self.listening() and "exchange-broker ready on" in self.log()
 
 
 def cluster_status(url: str) -> dict[str, dict]:
