@@ -4,7 +4,7 @@ delivery on the node that takes over, as the median of several runs.
 
 Each run makes a throwaway PostgreSQL database, starts two ``exchange-broker serve --cluster``
 nodes on it, publishes --messages persistent messages with confirms to the active node, SIGKILLs
-it, then connects to the standby as soon as it listens and consumes; the run checks every
+it, then connects to the standby (again and again, as a client would, until it serves) and consumes; the run checks every
 confirmed message arrived, and reports the seconds from the SIGKILL to the first delivery.
 
     python benchmarks/cluster_failover.py --pg-url postgresql+psycopg://postgres@127.0.0.1/test \\
@@ -84,9 +84,9 @@ def one_run(admin_url: str, args) -> float:
         a, a_port_file = start_node(url, "a", workdir, args.heartbeat, args.failover_timeout)
         procs.append(a)
         port = wait_port(a_port_file, 30)
+        conn = connect_retry(port, 60)  # a listens at once, and serves once it is active
         b, b_port_file = start_node(url, "b", workdir, args.heartbeat, args.failover_timeout)
         procs.append(b)
-        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
         ch = conn.channel()
         ch.confirm_delivery()
         ch.queue_declare("bench", durable=True)
@@ -96,9 +96,21 @@ def one_run(admin_url: str, args) -> float:
         killed = time.monotonic()
         a.send_signal(signal.SIGKILL)
         a.wait()
-        port = wait_port(b_port_file, args.failover_timeout * 3 + 30)
-        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
-        ch = conn.channel()
+        b_port = wait_port(b_port_file, 30)  # b listens from its start (a standby passes clients on)
+        ch, conn = None, None
+        deadline = killed + args.failover_timeout * 3 + 30
+        while ch is None:  # as a client would: reconnect until the node serves
+            try:
+                conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b_port, connection_attempts=1))
+                ch = conn.channel()
+                ch.queue_declare("bench", durable=True, passive=True)
+            except pika.exceptions.AMQPError:
+                if conn is not None and conn.is_open:
+                    conn.close()
+                ch = None
+                if time.monotonic() > deadline:
+                    raise RuntimeError("node b never served after the SIGKILL of a") from None
+                time.sleep(0.02)
         first = None
         got = 0
         while got < args.messages:
@@ -110,6 +122,19 @@ def one_run(admin_url: str, args) -> float:
             got += 1
         conn.close()
         return first
+
+
+def connect_retry(port: int, limit: float) -> pika.BlockingConnection:
+    """A connection to the node on ``port`` once it serves (a node passes clients on, or closes
+    them while no node serves)."""
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1))
+        except pika.exceptions.AMQPError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no broker serves on port {port} after {limit} s") from None
+            time.sleep(0.05)
 
 
 def cluster_parser(doc: str) -> argparse.ArgumentParser:

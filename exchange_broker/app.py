@@ -229,6 +229,8 @@ class Application:
         self.cluster = ClusterNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
                                    config.cluster_failover_timeout)
         self.cluster.on_lost = self._lost_cluster_role
+        admin = f"{advertised(config.admin_listen_host)}:{config.admin_port}" if config.admin_port else ""
+        self.cluster.listening = (f"{advertised(config.host)}:{config.port}", admin)
         self.cluster.make_mirror = self._standby_mirror
         lock = store_lock(config.store_url)
         try:

@@ -63,15 +63,17 @@ class ClusterNode:
         # where the active node serves (AMQP, admin), refreshed each beat of a standby: its
         # listeners pass client connections there (exchange_broker.cluster.forward)
         self.active: tuple[str, str] | None = None
+        self.listening: tuple[str, str] = ("", "")  # this node's (AMQP, admin) addresses, set by the application
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     # -- joining: standby until the store lock is ours ----------------------------------------------
-    async def _register(self, role: str, amqp: str = "", admin: str = "") -> bool:
+    async def _register(self, role: str) -> bool:
         """Register (once); False while the schema is not there yet (a first node is migrating)."""
         if self.incarnation is not None:
             return True
+        amqp, admin = self.listening
         try:
             self.incarnation = await self._call(
                 lambda: self.store.register(self.name, role=role, amqp_address=amqp, admin_address=admin))
