@@ -91,7 +91,7 @@ def main() -> int:
     p.add_argument("--queues", type=int, default=6, help="load processes (one queue each), spread over the nodes")
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--scenario", default="persistent", help="amqp_load.py's scenario (default persistent)")
-    p.add_argument("--failover-timeout", type=float, default=10.0)
+    p.add_argument("--failover-timeout", type=float, default=8.0)
     p.add_argument("--messages", type=int, default=1000, help="messages confirmed before each failover run")
     p.add_argument("--skip-failover", action="store_true")
     args = p.parse_args()

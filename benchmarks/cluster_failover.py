@@ -8,7 +8,7 @@ it, then connects to the standby (again and again, as a client would, until it s
 confirmed message arrived, and reports the seconds from the SIGKILL to the first delivery.
 
     python benchmarks/cluster_failover.py --pg-url postgresql+psycopg://postgres@127.0.0.1/test \\
-        --runs 3 --heartbeat 1 --failover-timeout 10
+        --runs 3 --heartbeat 1 --failover-timeout 8
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def main() -> int:
     p = cluster_parser(__doc__)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--messages", type=int, default=1000)
-    p.add_argument("--failover-timeout", type=float, default=10.0)
+    p.add_argument("--failover-timeout", type=float, default=8.0)
     args = p.parse_args()
     times = [one_run(args.pg_url, args) for _ in range(args.runs)]
     print(json.dumps({"failover_seconds_median": round(statistics.median(times), 3),

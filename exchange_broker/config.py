@@ -121,7 +121,7 @@ class Config:
     cluster_heartbeat: float = setting(1.0, "seconds between a node's heartbeats (and lease renewals)",
                                        group="cluster")
     cluster_failover_timeout: float = setting(
-        10.0, "seconds without a heartbeat after which a node is dead and its queues move", group="cluster")
+        8.0, "seconds without a heartbeat after which a node is dead and its queues move", group="cluster")
 
     def __post_init__(self) -> None:
         for name in ("port", "tls_port", "admin_port"):
