@@ -27,6 +27,8 @@ KNOWN_OPTIONS = {
     "batchsize": "rows per Arrow record batch (default 10000)",
     "idletimeoutms": "classic queues: a consumer stops after this long without a delivery "
                      "(default 1000; streaming: 250)",
+    "reconnecttimeoutms": "classic/quorum queues, streaming: how long the driver keeps trying the url's "
+                          "nodes after its connection is lost (a cluster failing over; default 30000)",
     "maxmessagespertrigger": "classic/quorum queues, streaming: at most this many messages per "
                              "micro-batch (default 10000)",
     "dedupe": "classic/quorum queues, streaming: none (default) | messageId (exactly-once for "
@@ -138,6 +140,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     read_timeout: float = 30.0
     probe_timeout: float = 2.0
+    reconnect_timeout: float = 30.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -198,6 +201,7 @@ class SourceOptions:
             fail_on_data_loss=_bool(opts, "failondataloss", True),
             read_timeout=_int(opts, "readtimeoutms", 30000) / 1000.0,
             probe_timeout=_int(opts, "probetimeoutms", 2000) / 1000.0,
+            reconnect_timeout=_int(opts, "reconnecttimeoutms", 30000, minimum=0) / 1000.0,
         )
 
     def idle(self, streaming: bool = False) -> float:

@@ -32,6 +32,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from .amqp import AMQPError, ChannelClosed, Connection, ConnectionClosed
+from .failover import connect_retrying
 from .options import SourceOptions
 from .reader import QueueNotFound, declare_passive
 from .rows import arrow_schema, to_table
@@ -107,14 +108,15 @@ class HeldBatches:
                 log.warning("AMQP connection to %s lost: %d held batch(es) were not acked and "
                             "come back redelivered", self.opts.params.redacted(), len(self.held))
                 self.held.clear()
-            conn = Connection.connect(self.opts.params, client_name="spark-amqp-stream")
-            try:
-                self.ready_at_connect = declare_passive(conn, self.opts.queue)
+            def attach(conn: Connection) -> int:
+                ready = declare_passive(conn, self.opts.queue)
                 conn.consume_limited(self.opts.queue, self.opts.max_messages_per_trigger)
-            except BaseException:
-                conn.abort()
-                raise
-            self.conn = conn
+                return ready
+
+            # a lost connection (a node died, a cluster failing over): the url's nodes are tried
+            # again for reconnectTimeoutMs before the query fails
+            self.conn, self.ready_at_connect = connect_retrying(
+                self.opts.params, self.opts.reconnect_timeout, attach, client_name="spark-amqp-stream")
         return self.conn
 
     def ready(self) -> int:

@@ -1,0 +1,113 @@
+"""Spark against a real cluster of this broker (two ``serve --cluster`` processes on a throwaway
+PostgreSQL database): the active node is SIGKILLed while a streaming query holds a batch read
+through the standby. Every confirmed message reaches the output (the held batch comes back
+redelivered from the node that took over), and the query keeps running."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
+from cluster_support import NodeProcess  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate, what, timeout=60.0, every=0.05):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(every)
+
+
+@pytest.fixture
+def two_nodes(pg_database):
+    workdir = Path(tempfile.mkdtemp(prefix="eb-spark-cluster-"))
+    made = []
+    try:
+        for name in ("s1", "s2"):
+            # a failover of about 5 s: the query's next trigger falls inside it
+            made.append(NodeProcess(workdir, pg_database[1], name, "--cluster-failover-timeout", "5").start_node())
+        assert made[0].is_active()
+        yield made
+    finally:
+        for node in made:
+            node.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_a_stream_from_a_classic_queue_survives_the_death_of_the_active_node(spark, two_nodes, tmp_path):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    from spark_integration.amqp import Connection, Properties
+    from spark_integration.rows import spark_schema
+
+    active, standby = two_nodes
+    bodies = [f"c{i}".encode() for i in range(40)]
+    with Connection.connect(f"amqp://guest:guest@127.0.0.1:{active.port}/%2F") as c:
+        c.queue_declare("spark-ha", durable=True)
+        c.confirm_select()
+        for body in bodies:
+            c.publish("", "spark-ha", body, Properties(delivery_mode=2))
+        c.wait_for_confirms()
+    gate = str(tmp_path / "killed")  # batch 0 cannot finish (nor be acked) before the kill
+
+    @F.udf(BinaryType())
+    def held(b):
+        while not os.path.exists(gate):
+            time.sleep(0.01)
+        return b
+
+    # the driver connects through the standby first (it passes the connection on to the active node)
+    url = f"amqp://guest:guest@127.0.0.1:{standby.port},127.0.0.1:{active.port}/%2F"
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    df = (spark.readStream.format("amqp").option("url", url).option("queue", "spark-ha")
+          .option("queueType", "classic").option("maxMessagesPerTrigger", "10").load())
+    q = (df.withColumn("body", held("body")).writeStream.format("parquet").option("path", out)
+         .option("checkpointLocation", ck).trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(ck, "offsets", "0")), "batch 0", 180)
+        active.kill()  # SIGKILL while batch 0 is held, unacked
+        open(gate, "w").close()
+        wait_for(standby.is_active, "the standby to take over", 60)
+
+        def written():
+            try:
+                return {r.body for r in spark.read.schema(spark_schema()).parquet(out).select("body").collect()}
+            except Exception:  # noqa: BLE001 - no file yet
+                return set()
+        wait_for(lambda: written() == set(bodies), "every message in the output", 180, 0.5)
+    finally:
+        q.stop()
+    assert q.exception() is None
+    rows = spark.read.parquet(out).select("body", "redelivered").collect()
+    assert {r.body for r in rows} == set(bodies)
+    assert any(r.redelivered for r in rows)  # the held batch came back from the node that took over
+    with Connection.connect(f"amqp://guest:guest@127.0.0.1:{standby.port}/%2F") as c:
+        assert c.queue_declare("spark-ha", passive=True)[1] == 0  # all acked after their commits
+
+
+def test_connecting_during_a_failover_waits_for_the_node_that_takes_over(two_nodes):
+    from spark_integration.amqp import ConnectionFailed, ConnectionParams
+    from spark_integration.failover import connect_retrying
+
+    active, standby = two_nodes
+    params = ConnectionParams.from_url(f"amqp://guest:guest@127.0.0.1:{standby.port},127.0.0.1:{active.port}/%2F")
+    conn, ready = connect_retrying(params, 5, lambda c: c.queue_declare("ha-probe", durable=True)[1])
+    conn.close()
+    active.kill()
+    with pytest.raises(ConnectionFailed):  # no retrying: nobody serves during the failover
+        connect_retrying(params, 0)
+    conn, ready = connect_retrying(params, 60, lambda c: c.queue_declare("ha-probe", passive=True)[1])
+    try:
+        assert ready == 0 and standby.is_active()  # the node that took over answers
+    finally:
+        conn.close()
