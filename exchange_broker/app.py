@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -189,6 +190,7 @@ class Application:
             held_lock = await self._join_cluster()
             if held_lock is None:
                 return False
+            config = self.config  # with its bound ports and this node's database session name
         if not config.in_memory:
             from exchange_broker.durability.sql import SqlDurability
             self.store, self.store_lock = await loop.run_in_executor(None, open_store, config, held_lock)
@@ -206,6 +208,9 @@ class Application:
         gc.collect()
         gc.freeze()  # start-up objects are never scanned again: full GC pauses drop from ~250 to ~60 ms
         self.server = make_server(self.broker, config)
+        if self.cluster is not None:
+            await self.cluster.renew()  # recovery took a while: the lease runs from now again
+            self.server.guard = self.cluster.guard
         await self.server.start()
         self.admin = await start_admin(config, self.broker, self.server)
         if config.port_file and not self.config.cluster:  # a cluster node wrote it when it began to listen
@@ -225,7 +230,10 @@ class Application:
         from exchange_broker.cluster.node import ClusterNode, ClusterStartError
         from persistence.lock import store_lock
         await self._start_forwarding()  # first: with --port 0 the node's default name needs the port
-        config = self.config
+        from persistence.cluster_store import tagged_url
+        # every database session of this process carries its node name and pid: a node whose
+        # lease ran out while it held the store (paused, hung) has them ended by the next one
+        config = self.config = dataclasses.replace(self.config, database_url=tagged_url(self.config.store_url))
         self.cluster = ClusterNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
                                    config.cluster_failover_timeout)
         self.cluster.on_lost = self._lost_cluster_role
@@ -242,8 +250,6 @@ class Application:
         """A cluster node listens at once: while it stands by, its AMQP and admin listeners pass
         every client to the active node (exchange_broker.cluster.forward, standby_admin). The
         ports they bound are the ones the node serves on once active (``--port 0`` included)."""
-        import dataclasses
-
         from exchange_broker.cluster.forward import Forwarder
         from exchange_broker.cluster.standby_admin import StandbyAdminApp
         from exchange_broker.management.server import AdminServer

@@ -67,6 +67,20 @@ class Lease:
     epoch: int
 
 
+def session_name(pid: int, host: str) -> str:
+    """The ``application_name`` of every database session of a cluster node's process, the name
+    the store lock's session has anyway (``persistence/lock.py``; PostgreSQL keeps 63 bytes): another
+    node ends them all when that node's store lease runs out (``cluster_nodes`` has pid and host)."""
+    return f"exchange-broker {pid}@{host}".encode()[:63].decode(errors="ignore")
+
+
+def tagged_url(url: str) -> str:
+    """``url`` naming this process's sessions (``session_name``), so that they can be found and ended."""
+    from sqlalchemy.engine import make_url
+    name = session_name(os.getpid(), socket.gethostname())
+    return make_url(url).update_query_dict({"application_name": name}).render_as_string(hide_password=False)
+
+
 def _interval(seconds: float) -> str:
     return f"make_interval(secs => {float(seconds)!r})"
 
@@ -82,8 +96,8 @@ class ClusterStore:
         self.failover_timeout = failover_timeout
         self.engine: Engine = create_engine(
             parsed, pool_pre_ping=True, pool_size=2, max_overflow=4,
-            connect_args={"connect_timeout": CONNECT_TIMEOUT,
-                          "application_name": f"exchange-broker cluster {os.getpid()}"})
+            connect_args={"connect_timeout": CONNECT_TIMEOUT, **({} if "application_name" in parsed.query else
+                                                                 {"application_name": f"exchange-broker cluster {os.getpid()}"})})
 
     def close(self) -> None:
         self.engine.dispose()
@@ -242,6 +256,24 @@ class ClusterStore:
         """The queue is gone for good: drop its lease row."""
         with self.transaction() as conn:
             conn.execute(text("DELETE FROM queue_leases WHERE vhost = :v AND queue = :q"), {"v": vhost, "q": queue})
+
+    def expired_store_holder(self) -> tuple[str, int, str] | None:
+        """(name, pid, host) of the node whose store lease ran out while it is still registered
+        (paused, hung, or cut off), None otherwise."""
+        with self.transaction() as conn:
+            row = conn.execute(text(
+                "SELECT n.name, n.pid, n.host FROM queue_leases l JOIN cluster_nodes n ON n.name = l.leader "
+                "WHERE l.vhost = :v AND l.queue = :q AND l.expires_at <= now()"),
+                {"v": STORE_LEASE[0], "q": STORE_LEASE[1]}).first()
+        return (row[0], row[1], row[2]) if row is not None else None
+
+    def end_sessions_of(self, pid: int, host: str) -> int:
+        """End every database session of the node process ``pid`` on ``host``: its store lock goes,
+        its open transactions roll back, and its next database call fails. Returns how many."""
+        with self.transaction() as conn:
+            return len(conn.execute(text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :a "
+                "AND pid <> pg_backend_pid()"), {"a": session_name(pid, host)}).all())
 
     def lease_of(self, vhost: str, queue: str) -> Lease | None:
         """The running lease of a queue (None: nobody leads it now)."""

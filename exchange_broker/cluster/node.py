@@ -18,6 +18,12 @@ node, so no queue is ever served by two processes:
   a supervisor restarts it, as a standby. (A lock merely lost in a database outage is taken again
   when the database answers; meanwhile the store lease fences the node's writes.)
 
+* an active node whose store lease ran out while it kept the lock (paused, hung) has its database
+  sessions ended by a standby, which takes over; resumed, it stops before it answers a client
+  (``guard``: its last confirmed heartbeat is older than its lease allows);
+* every node listens from its start: a standby passes clients on to the active node
+  (``forward.py``, ``standby_admin.py``; ``amqp_target``/``admin_target`` come from each beat).
+
 All store calls run on an executor thread, never on the event loop.
 """
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Callable
 
 from persistence.cluster_store import STORE_LEASE, ClusterStore, Lease, NodeNameInUse, fence
@@ -63,7 +70,12 @@ class ClusterNode:
         # where the active node serves (AMQP, admin), refreshed each beat of a standby: its
         # listeners pass client connections there (exchange_broker.cluster.forward)
         self.active: tuple[str, str] | None = None
-        self.listening: tuple[str, str] = ("", "")  # this node's (AMQP, admin) addresses, set by the application
+        self.listening: tuple[str, str] = ("", "")
+        # monotonic time of the start of the last heartbeat that renewed the store lease; a node
+        # whose lease may have run out since then stops before it answers a client (guard)
+        self.last_beat_ok = time.monotonic()
+        self.stale_after = max(failover_timeout - heartbeat, heartbeat)
+        self._beat_ok = False  # this node's (AMQP, admin) addresses, set by the application
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -101,6 +113,8 @@ class ClusterNode:
                 await self._start_mirror()
                 await self._beat_quietly()
                 await self._find_active()
+                if await self._end_expired_holder():
+                    continue  # its lock is free now: try again at once
             if not self._standby_logged:
                 self._standby_logged = True
                 log.info("cluster: node '%s' is standing by (%s)", self.name, holder)
@@ -109,6 +123,33 @@ class ClusterNode:
                 return False
             except asyncio.TimeoutError:
                 pass
+
+    async def _end_expired_holder(self) -> bool:
+        """The active node's store lease ran out but it still holds the store lock (paused by
+        SIGSTOP or a long GC, hung, or cut off while its database sessions live): end its database
+        sessions, so its lock goes and its open transactions roll back. Its writes were fenced
+        already; when it runs again it stops (``guard``) before it delivers anything."""
+        try:
+            stale = await self._call(self.store.expired_store_holder)
+            if stale is None or stale[0] == self.name:
+                return False
+            ended = await self._call(self.store.end_sessions_of, stale[1], stale[2])
+        except SQLAlchemyError as exc:
+            log.debug("cluster: cannot end a stale node's sessions: %s", exc)
+            return False
+        if ended:
+            log.warning("cluster: node '%s' (pid %d on %s) let its store lease run out but still holds the store; "
+                        "ended its %d database session(s) so that a live node takes over", stale[0], stale[1],
+                        stale[2], ended)
+        return bool(ended)
+
+    def guard(self) -> None:
+        """Called before this node answers a client: a node whose last confirmed heartbeat is so
+        old that its lease may have run out (it was paused, or the database was unreachable) may
+        have been replaced, so it must not deliver anything: it stops at once (fail-stop)."""
+        if self.role == "active" and time.monotonic() - self.last_beat_ok > self.stale_after:
+            self._lose(f"its last heartbeat was {time.monotonic() - self.last_beat_ok:.1f} s ago, longer than its "
+                       f"lease allows ({self.stale_after:.1f} s): another node may serve now")
 
     async def _find_active(self) -> None:
         try:
@@ -166,8 +207,10 @@ class ClusterNode:
                 return False
         announced = False
         while True:
+            taking = time.monotonic()
             lease = await self._call(self.store.take_lease, *STORE_LEASE, self.name)
             if lease is not None:
+                self.last_beat_ok = taking  # the lease runs a failover timeout from the database's now
                 break
             if not announced:
                 announced = True
@@ -207,9 +250,11 @@ class ClusterNode:
     async def _beat_quietly(self) -> bool:
         try:
             version = None if self.role == "active" else max(self.mirror.version if self.mirror else 0, 0)
-            return await self._call(self.store.heartbeat, self.name, self.incarnation, version)
+            self._beat_ok = await self._call(self.store.heartbeat, self.name, self.incarnation, version)
+            return self._beat_ok
         except SQLAlchemyError as exc:
             log.warning("cluster: heartbeat failed: %s", " ".join(str(exc).split())[:300])
+            self._beat_ok = False
             return True  # unknown: the lock check decides
 
     async def _run(self) -> None:
@@ -230,19 +275,30 @@ class ClusterNode:
             if getattr(self.lock, "state", "held") == "taken":  # "lost": unreachable; the lease fences
                 self._lose("another node holds the store lock now")
                 return
+        if await self.renew():
+            await self._sync_leases()
+
+    async def renew(self) -> bool:
+        """Beat and renew the store lease now (False: this node lost its role and stops)."""
+        started = time.monotonic()
         if not await self._beat_quietly():
             self._lose(f"another incarnation of node '{self.name}' has registered")
-            return
+            return False
         if self.store_lease is not None and not await self._renew_store_lease():
             self._lose(f"the store's lease (epoch {self.store_lease.epoch}) has another leader now")
-            return
-        await self._sync_leases()
+            return False
+        if self._beat_ok:
+            self.last_beat_ok = started
+        return True
 
     async def _renew_store_lease(self) -> bool:
         try:
-            return await self._call(self.store.renew_lease, self.store_lease)
+            renewed = await self._call(self.store.renew_lease, self.store_lease)
+            self._beat_ok = self._beat_ok and renewed
+            return renewed
         except SQLAlchemyError as exc:
             log.warning("cluster: renewing the store's lease failed: %s", " ".join(str(exc).split())[:300])
+            self._beat_ok = False
             return True  # unknown: fenced writes and the lock check decide
 
     def _lose(self, why: str) -> None:

@@ -53,6 +53,9 @@ class AMQPProtocol(asyncio.Protocol):
         self.server.protocols.add(self)
 
     def _write(self, data: bytes) -> None:
+        guard = self.server.guard
+        if guard is not None:
+            guard()  # a cluster node that may have been replaced stops before it answers
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
             self.last_write = time.monotonic()
@@ -87,6 +90,9 @@ class AMQPProtocol(asyncio.Protocol):
         self.last_read = time.monotonic()
         if self.lingering:
             return
+        guard = self.server.guard
+        if guard is not None:
+            guard()
         if self._head is not None:
             data = self._proxy_header(data)
             if not data:
@@ -182,6 +188,8 @@ class BrokerServer:
         self.handshake_timeout = handshake_timeout
         self.protocols: set[AMQPProtocol] = set()
         self.monitor = monitor  # resource alarms, checked every tick
+        # a cluster node's check before it reads from or writes to a client (ClusterNode.guard)
+        self.guard = None
         self._server: asyncio.base_events.Server | None = None
         self._tls_server: asyncio.base_events.Server | None = None
         self._tls_port = 0

@@ -13,7 +13,7 @@ from persistence.cluster_store import ClusterStore
 from eb_support import REPO, SubprocessBroker, free_port, subprocess_env, wait_until
 
 HEARTBEAT = "0.2"  # seconds: short beats and timeout keep the tests quick
-FAILOVER_TIMEOUT = "1.5"
+FAILOVER_TIMEOUT = "2"
 
 
 class NodeProcess(SubprocessBroker):
