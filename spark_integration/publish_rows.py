@@ -20,8 +20,10 @@ A null exchange or routing key is the empty string; null properties are left out
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections import deque
+from typing import Callable, Iterable
 
+from .amqp import ConnectionClosed
 from .amqp.codec import (CONTENT_HDR, FRAME_BODY, FRAME_HEADER, FRAME_METHOD, HDR,
                          publish_frames)
 from .rows import PROPERTY_FIELDS
@@ -33,12 +35,14 @@ _EMPTY_HEADER = HDR.pack(FRAME_HEADER, 1, 14)
 
 
 class PublishStats:
-    __slots__ = ("rows", "bytes", "seconds")
+    __slots__ = ("rows", "bytes", "seconds", "reconnects", "conn")
 
     def __init__(self) -> None:
         self.rows = 0
         self.bytes = 0
         self.seconds = 0.0
+        self.reconnects = 0
+        self.conn = None
 
 
 def _column(batch, name: str):
@@ -142,27 +146,87 @@ def frames_for_batch(batch, exchange: str | None, routing_key: str | None, manda
 
 def publish_batches(conn, batches: Iterable, exchange: str | None = None,
                     routing_key: str | None = None, mandatory: bool = False,
-                    window: int = 20000, chunk: int = 2000, timeout: float = 120.0) -> PublishStats:
+                    window: int = 20000, chunk: int = 2000, timeout: float = 120.0,
+                    reconnect: Callable[[], object] | None = None) -> PublishStats:
     """Publish every row with confirms; returns once all are confirmed.
 
     Raises ``PublishFailed`` as soon as a nack or a ``mandatory`` return is seen (the task
-    fails and Spark retries it: rows confirmed before the failure are published again)."""
+    fails and Spark retries it: rows confirmed before the failure are published again).
+
+    ``reconnect``: when the connection is lost (a node died, a cluster failed over), get a new
+    one from it and publish again every chunk not yet wholly confirmed, then go on (at least
+    once: a chunk confirmed in part is published again whole). ``stats.reconnects`` counts them.
+    The connection in use at the end is ``stats.conn``."""
     stats = PublishStats()
     t0 = time.perf_counter()
     cache: dict = {}
     conn.confirm_select()
-    for batch in batches:
-        frames, size = frames_for_batch(batch, exchange, routing_key, mandatory, conn.frame_max,
-                                        cache)
-        for at in range(0, len(frames), chunk):
-            part = frames[at:at + chunk]
-            conn.publish_raw(b"".join(part), len(part))
-            if conn.unconfirmed() > window:
-                conn.wait_for_confirms(timeout, max_outstanding=window // 2)
-            else:
-                conn.raise_publish_failures()
-        stats.rows += len(frames)
-        stats.bytes += size
-    conn.wait_for_confirms(timeout)
+    pending: deque = deque()  # (last sequence number, frames) of chunks not wholly confirmed
+
+    def send(data: bytes, count: int) -> None:
+        # kept before it is sent: whatever happens to the connection now, it is sent again
+        pending.append((conn._publish_seq + count, data, count))  # noqa: SLF001 - the connection's counter
+        conn.publish_raw(data, count)
+        if conn.unconfirmed() > window:
+            conn.wait_for_confirms(timeout, max_outstanding=window // 2)
+        else:
+            conn.raise_publish_failures()
+        confirmed = conn._confirmed  # noqa: SLF001
+        while pending and pending[0][0] <= confirmed:
+            pending.popleft()
+
+    def resend() -> None:
+        nonlocal conn
+        conn.abort()
+        conn = reconnect()
+        stats.reconnects += 1
+        conn.confirm_select()
+        again = list(pending)
+        pending.clear()
+        for i, (_seq, data, count) in enumerate(again):
+            try:
+                send(data, count)
+            except ConnectionClosed:
+                pending.extend(again[i + 1:])  # not sent yet: the next attempt sends them
+                raise
+
+    original = conn
+    try:
+        for batch in batches:
+            frames, size = frames_for_batch(batch, exchange, routing_key, mandatory, conn.frame_max,
+                                            cache)
+            for at in range(0, len(frames), chunk):
+                part = frames[at:at + chunk]
+                try:
+                    send(b"".join(part), len(part))
+                except ConnectionClosed:
+                    if reconnect is None:
+                        raise
+                    resend_with(resend)  # ``part`` is in ``pending``: sent again with the others
+            stats.rows += len(frames)
+            stats.bytes += size
+        while True:
+            try:
+                conn.wait_for_confirms(timeout)
+                break
+            except ConnectionClosed:
+                if reconnect is None:
+                    raise
+                resend_with(resend)
+    except BaseException:
+        if conn is not original:
+            conn.abort()  # the caller aborts the connection it gave
+        raise
     stats.seconds = time.perf_counter() - t0
+    stats.conn = conn
     return stats
+
+
+def resend_with(resend: Callable[[], None]) -> None:
+    """``resend()``, again while the new connection is lost as well."""
+    while True:
+        try:
+            resend()
+            return
+        except ConnectionClosed:
+            continue

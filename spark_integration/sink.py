@@ -16,6 +16,7 @@ from typing import Mapping
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from .amqp import Connection, ConnectionParams
+from .failover import connect_retrying
 from .options import _bool, _int, normalized
 from .publish_rows import publish_batches
 from .rows import PROPERTY_FIELDS
@@ -37,6 +38,8 @@ SINK_OPTIONS = {
     "mandatory": "true: a row no queue takes fails the task (default false)",
     "confirmwindow": "publishes in flight before waiting for confirms (default 20000)",
     "publishtimeoutms": "longest wait for confirms (default 120000)",
+    "reconnecttimeoutms": "after a lost connection, how long a task keeps trying the url's nodes (a cluster "
+                          "failing over) before it fails; unconfirmed rows are published again (default 30000)",
 }
 
 # options Spark itself passes to a streaming sink
@@ -52,6 +55,7 @@ class SinkOptions:
     mandatory: bool = False
     confirm_window: int = 20000
     timeout: float = 120.0
+    reconnect_timeout: float = 30.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -62,7 +66,8 @@ class SinkOptions:
                        routing_key=opts.get("routingkey"),
                        mandatory=_bool(opts, "mandatory", False),
                        confirm_window=_int(opts, "confirmwindow", 20000),
-                       timeout=_int(opts, "publishtimeoutms", 120000) / 1000.0)
+                       timeout=_int(opts, "publishtimeoutms", 120000) / 1000.0,
+                       reconnect_timeout=_int(opts, "reconnecttimeoutms", 30000, minimum=0) / 1000.0)
         except ValueError as exc:
             raise ValueError(str(exc).replace("amqp data source:", "amqp sink:")) from None
 
@@ -121,14 +126,21 @@ def _publish(opts: SinkOptions, iterator) -> PublishedMessage:
     from pyspark import TaskContext
     ctx = TaskContext.get()
     part = ctx.partitionId() if ctx is not None else 0
-    conn = Connection.connect(opts.params, prefer=part, client_name="spark-amqp-sink")
+    def connect() -> Connection:
+        # the url's nodes, tried again for reconnectTimeoutMs (a cluster failing over)
+        return connect_retrying(opts.params, opts.reconnect_timeout, prefer=part, client_name="spark-amqp-sink")[0]
+
+    conn = connect()
     try:
         stats = publish_batches(conn, iterator, opts.exchange, opts.routing_key, opts.mandatory,
-                                window=opts.confirm_window, timeout=opts.timeout)
+                                window=opts.confirm_window, timeout=opts.timeout, reconnect=connect)
     except BaseException:
         conn.abort()
         raise
-    conn.close()
+    if stats.reconnects:
+        log.warning("amqp sink: partition %d reconnected %d time(s); rows not yet confirmed were published "
+                    "again (at least once)", part, stats.reconnects)
+    stats.conn.close()
     return PublishedMessage(part, stats.rows, stats.seconds)
 
 
