@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fanout: queues bound to the exchange, one consumer each (default 4)")
     p.add_argument("--queue-type", default=None, choices=("classic", "quorum"),
                    help="x-queue-type of the benchmark queue (quorum queues are always durable)")
+    p.add_argument("--consumer-process", action="store_true",
+                   help="timed runs: each consumer connection in a process of its own (default: "
+                        "one process, one event loop for all connections)")
     p.add_argument("--json", action="store_true", help="print one JSON line with results")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     return p
@@ -161,6 +164,9 @@ def main(argv=None) -> int:
         return 2
     if not opts.verify and opts.seconds - opts.warmup < 0.5:
         print("--seconds must exceed --warmup by at least 0.5", file=sys.stderr)
+        return 2
+    if opts.consumer_process and (opts.verify or opts.max_backlog):
+        print("--consumer-process is for timed runs without --max-backlog", file=sys.stderr)
         return 2
     if opts.batch < 1 or opts.max_unconfirmed < 1:
         print("--batch and --max-unconfirmed must be >= 1", file=sys.stderr)

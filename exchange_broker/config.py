@@ -96,6 +96,10 @@ class Config:
     in_memory: bool = setting(False, "keep nothing on disk (no SQL store)", group="store")
     queue_window: int = setting(20000, "messages a durable queue keeps in memory before paging to the store",
                                 group="store")
+    no_publisher_pacing: bool = setting(
+        False, "never pause reading a publisher because a queue with fast consumers falls behind it "
+               "(flow control as RabbitMQ's credit flow; resource alarms and full consumer sockets "
+               "still pause publishers)", group="limits")
     # -- resource alarms ----------------------------------------------------------------------------------
     memory_high_watermark: str = setting(
         "0.4", "block publishers above this resident memory: a fraction of RAM (0.4) or a size (512MiB); "
@@ -160,13 +164,17 @@ class Config:
     # -- derived ------------------------------------------------------------------------------------
     @property
     def limits(self) -> dict:
-        """What each connection offers in connection.tune, and the largest message it accepts."""
+        """What each connection offers in connection.tune, the largest message it accepts and,
+        with --no-publisher-pacing, ``publisher_pacing: False`` (connection/flow.py)."""
         channel_max = self.channel_max
         per_conn = self.max_channels_per_connection  # caps the channel_max offered
         if per_conn and (not channel_max or per_conn < channel_max):
             channel_max = per_conn
-        return {"heartbeat": self.heartbeat, "frame_max": self.frame_max, "channel_max": channel_max,
-                "max_message_size": self.max_message_size}
+        limits = {"heartbeat": self.heartbeat, "frame_max": self.frame_max, "channel_max": channel_max,
+                  "max_message_size": self.max_message_size}
+        if self.no_publisher_pacing:
+            limits["publisher_pacing"] = False
+        return limits
 
     @property
     def data_path(self) -> str:

@@ -18,6 +18,7 @@ from pamqp import commands
 
 from .client import AMQPError, Connection
 from .publisher import Publisher
+from .split import ConsumerProcess
 from .verify import run_verify
 from .wire import body_offset, encode_publish, encode_publish_pamqp, server_name
 
@@ -80,8 +81,9 @@ async def run(opts) -> dict:
                  opts.heartbeat, opts.connect_timeout)
 
     prod = Connection("producer")
-    consumers = [Connection("consumer" if n_queues == 1 else f"consumer-{i}")
-                 for i in range(n_queues)]
+    split = bool(getattr(opts, "consumer_process", False))
+    consumers = [] if split else [Connection("consumer" if n_queues == 1 else f"consumer-{i}")
+                                  for i in range(n_queues)]
     conns = [prod, *consumers]
     result: dict = {
         "scenario": opts.scenario, "host": opts.host, "port": opts.port,
@@ -89,6 +91,7 @@ async def run(opts) -> dict:
         "delivery_mode": sc["delivery_mode"], "durable_queue": sc["durable"],
         "queue_type": opts.queue_type or "classic", "confirms": sc["confirms"],
         "event_loop": type(loop).__module__.split(".")[0],
+        "consumer_process": split,
     }
     declared = False
     exchange = base if sc["fanout"] else ""
@@ -100,7 +103,18 @@ async def run(opts) -> dict:
         exchange = await _declare(prod, opts, sc, base, queues)
         if sc["confirms"]:
             await prod.rpc(commands.Confirm.Select(), "Confirm.SelectOk")
-        for cons, q in zip(consumers, queues):
+        if split:
+            result["ack_mode"] = "no_ack (auto-ack)" if sc["no_ack"] else (
+                f"basic.ack multiple=True every {_ack_every(opts)} deliveries")
+            if not sc["no_ack"]:
+                result["prefetch"] = opts.prefetch
+            for i, q in enumerate(queues):
+                cp = ConsumerProcess("consumer" if n_queues == 1 else f"consumer-{i}",
+                                     conn_args, q, sc["no_ack"], opts.prefetch, _ack_every(opts),
+                                     opts.no_uvloop)
+                consumers.append(cp)
+                await cp.start(opts.connect_timeout + 20)
+        for cons, q in zip([] if split else consumers, queues):
             if sc["no_ack"]:
                 cons.ack_every = 0
                 result["ack_mode"] = "no_ack (auto-ack)"
@@ -116,7 +130,7 @@ async def run(opts) -> dict:
                                                   no_ack=sc["no_ack"]), "Basic.ConsumeOk")
 
         body = bytes(opts.size)
-        frame_max = min(c.frame_max for c in conns)
+        frame_max = prod.frame_max if split else min(c.frame_max for c in conns)
         routing_key = "" if exchange else base
         message = encode_publish(Connection.CHANNEL, exchange, routing_key, body,
                                  sc["delivery_mode"], frame_max)
@@ -141,7 +155,8 @@ async def run(opts) -> dict:
         pub = Publisher(prod, message, batch,
                         window=opts.max_unconfirmed if sc["confirms"] else 0,
                         limit=opts.count if opts.verify else 0,
-                        seq_offset=seq_offset, rate=opts.rate, consumer=consumers[0],
+                        seq_offset=seq_offset, rate=opts.rate,
+                        consumer=None if split else consumers[0],
                         max_backlog=opts.max_backlog)
 
         if opts.verify:
@@ -161,7 +176,7 @@ async def run(opts) -> dict:
                 await _cleanup(prod, exchange, queues, 5)
             except Exception:  # noqa: BLE001
                 pass
-        for c in conns:
+        for c in conns + (consumers if split else []):
             try:
                 await c.close()
             except Exception:  # noqa: BLE001

@@ -11,6 +11,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Iterable
 
+from exchange_broker.connection import flow
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import describe
 from exchange_broker.core.ports import Consumer
@@ -20,8 +21,6 @@ from exchange_broker.protocol.constants import PRECONDITION_FAILED
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.queue_types.ready import PriorityReady, ReadyDeque
 
-FLOW_HIGH = 8000   # ready messages with starved consumers before publishers are paused
-FLOW_LOW = 2000
 DEDUP_DEFAULT_SIZE = 100_000
 
 
@@ -45,6 +44,7 @@ class ClassicQueue(QueueType):
         self.consumer_priorities = False
         self._dispatching = False
         self.dispatch_queued = False  # waiting in broker.dispatch_later
+        self.pacer: flow.Pacer | None = None  # publisher pacing (connection/flow.py)
         # TTL / expiry timers
         self.has_ttl = opts.message_ttl is not None
         self._expiry_at: float | None = None
@@ -97,8 +97,8 @@ class ClassicQueue(QueueType):
         if (m.persistent or self.stores_all) and self.store_id is not None:
             waiter = self.broker.durability.append(self, m)
         self.push(m)
-        if publisher is not None and len(self.ready) > FLOW_HIGH and self.congested():
-            publisher.throttle(self)
+        if publisher is not None and not m.seq & flow.CHECK_MASK and len(self.ready) > flow.LOW:
+            flow.look(self, publisher, len(self.ready))
         return waiter
 
     def admit(self, msg: Message, per_message_ttl: int | None) -> bool:
@@ -289,6 +289,8 @@ class ClassicQueue(QueueType):
             if h is not None:
                 h.cancel()
         self._expiry_handle = self._expires_handle = None
+        if self.pacer is not None:
+            self.pacer.cancel()
 
     def on_deleted(self) -> None:
         self.ready.clear()
@@ -450,14 +452,14 @@ class ClassicQueue(QueueType):
             self._dispatching = False
             if self.paged:
                 self.maybe_refill()
-            if self.flow_blocked and len(self.ready) < FLOW_LOW:
+            if self.flow_blocked and len(self.ready) < flow.LOW:
                 self.release_publishers()
         if self.has_ttl:
             self._arm_expiry()
 
     def congested(self) -> bool:
         """Backed up because consumers' connections cannot take more (not because of prefetch)."""
-        if len(self.ready) <= FLOW_HIGH or not self.consumers:
+        if len(self.ready) <= flow.HIGH or not self.consumers:
             return False
         return any(c.blocked_by_socket() for c in self.consumers)
 
