@@ -69,6 +69,9 @@ log = logging.getLogger("exchange_broker.stream")
 DEFAULT_SEGMENT_BYTES = 500_000_000   # RabbitMQ's x-stream-max-segment-size-bytes default
 TAIL_MAX = int(os.environ.get("EXCHANGE_BROKER_STREAM_TAIL", 50_000))  # stored stream: in memory
 UNCOMMITTED_HIGH = 100_000            # appends awaiting commit before publishers are paused
+# Like RabbitMQ's streams, a commit of stream appends alone is not fsynced (README, "Streams");
+# EXCHANGE_BROKER_STREAM_FSYNC=1 fsyncs each one (with SQLite synchronous FULL) before confirms.
+STREAM_FSYNC = os.environ.get("EXCHANGE_BROKER_STREAM_FSYNC", "").lower() in ("1", "true", "yes")
 class Reader:
     """One consumer's position in the stream."""
 
@@ -212,7 +215,7 @@ class StreamQueue(StoredLog, QueueType):
         waiter = None
         if self.store_id is not None:
             durability = self.broker.durability
-            waiter = durability.append(self, m)
+            waiter = durability.append(self, m, STREAM_FSYNC)
             if waiter is not None:
                 if waiter is not self._last_waiter:
                     self._last_waiter = waiter
