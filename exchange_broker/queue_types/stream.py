@@ -36,7 +36,8 @@ Named consumers (offset tracking), two ways:
 Storage: with the SQL store each message is a row of ``messages`` with
 ``seq = offset + 1`` and ``created_ms`` = its append time (monotonic), so offsets and
 timestamp seeks survive a restart; acks never remove rows; retention deletes the dropped
-segments' rows (``seq <= first kept offset``). Named offsets are rows of
+segments' rows (``seq <= first kept offset``). A commit of stream appends alone is not fsynced
+(:data:`STREAM_FSYNC`; README, "Stream queues"). Named offsets are rows of
 ``stream_offsets``. Only a bounded tail (:data:`TAIL_MAX` messages, all committed except
 the newest) is kept in memory; consumers that are behind read the older offsets back from
 the store off the event loop (``stream_store.py``), in blocks of ``BLOCK`` offsets that the stream's consumers
