@@ -5,11 +5,13 @@ ManualClock; output is thrown away. It measures what one message costs in the pr
 routing and queue code, so that a change to them can be compared A/B on a noisy machine: process
 CPU time, best of 5 rounds.
 
-    python benchmarks/hot_path.py [transient|confirms|fanout]
+    python benchmarks/hot_path.py [transient|confirms|fanout|stream]
     PYTHONPATH=<other checkout> python benchmarks/hot_path.py transient    # the same on another commit
 
 transient: a no-ack consumer; confirms: confirm mode, a consumer acking each batch with one
-multiple ack; fanout: a fanout exchange to 4 queues, one no-ack consumer each.
+multiple ack; fanout: a fanout exchange to 4 queues, one no-ack consumer each; stream: confirm
+mode into a stream queue (in memory: the broker has no store here) read by 2 consumers (prefetch
+1,000) acking each batch with one multiple ack (per message: a publish and 2 deliveries).
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ def setup_frames(mode: str) -> bytes:
             out += pframe.marshal(commands.Basic.Consume(queue=f"f{i}", consumer_tag=f"c{i}",
                                                          no_ack=True), 1)
         return out
+    if mode == "stream":
+        return (pframe.marshal(commands.Queue.Declare(queue="q", durable=True,
+                                                      arguments={"x-queue-type": "stream"}), 1)
+                + pframe.marshal(commands.Confirm.Select(), 1)
+                + pframe.marshal(commands.Basic.Qos(prefetch_count=1000), 1)
+                + b"".join(pframe.marshal(commands.Basic.Consume(
+                    queue="q", consumer_tag=f"c{i}", arguments={"x-stream-offset": "first"}), 1)
+                    for i in range(2)))
     out = pframe.marshal(commands.Queue.Declare(queue="q"), 1)
     if mode == "confirms":
         return out + (pframe.marshal(commands.Confirm.Select(), 1)
@@ -49,7 +59,7 @@ def setup_frames(mode: str) -> bytes:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("mode", nargs="?", default="transient", choices=("transient", "confirms", "fanout"))
+    p.add_argument("mode", nargs="?", default="transient", choices=("transient", "confirms", "fanout", "stream"))
     p.add_argument("--size", type=int, default=100, help="body bytes (default 100)")
     p.add_argument("--rounds", type=int, default=200, help="batches per timed round (default 200)")
     opts = p.parse_args()
@@ -75,8 +85,8 @@ def main() -> int:
         for _ in range(n):
             sess.data_received(batch)
             clock.advance()
-            if opts.mode == "confirms":
-                tag += BATCH
+            if opts.mode in ("confirms", "stream"):
+                tag += BATCH if opts.mode == "confirms" else 2 * BATCH
                 sess.data_received(pframe.marshal(commands.Basic.Ack(delivery_tag=tag, multiple=True), 1))
                 clock.advance()
             out.clear()

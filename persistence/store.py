@@ -96,8 +96,11 @@ class Store(Protocol):
         removes: list[tuple[int, int]],
         delivered_marks: dict[int, int],
         purges: Iterable[int] = (),
+        sync: bool = True,
     ) -> None:
-        """One transaction: purges, then appends, then removes, then delivered marks."""
+        """One transaction: purges, then appends, then removes, then delivered marks.
+        ``sync=False``: the commit need not be flushed to stable storage (it must reach the
+        OS or database server before returning, so that a crash of this process loses nothing)."""
         ...
 
     def load_messages(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]: ...

@@ -22,6 +22,7 @@ class _Op:
     removes: tuple[tuple[int, int], ...]
     marks: dict[int, int]
     purges: tuple[int, ...]
+    sync: bool = True  # False: its commit need not be fsynced (stream appends only)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class MergedBatch:
     removes: dict[tuple[int, int], None] = field(default_factory=dict)  # ordered set
     marks: dict[int, int] = field(default_factory=dict)
     purges: dict[int, None] = field(default_factory=dict)  # ordered set
+    sync: bool = False  # some submit folded in needs its commit fsynced
 
     def add(
         self,
@@ -64,9 +66,11 @@ class MergedBatch:
                 self.marks[qid] = mark
 
     def write(self, store: Store) -> None:
-        store.write_batch(
-            list(self.appends.values()), list(self.removes), dict(self.marks), list(self.purges)
-        )
+        args = (list(self.appends.values()), list(self.removes), dict(self.marks), list(self.purges))
+        if self.sync:
+            store.write_batch(*args)
+        else:  # every submit in it said so (stream appends): a commit without fsync
+            store.write_batch(*args, sync=False)
 
 
 class GroupCommitWriter:
@@ -107,9 +111,14 @@ class GroupCommitWriter:
         removes: Iterable[tuple[int, int]] = (),
         delivered_marks: dict[int, int] | None = None,
         purges: Iterable[int] = (),
+        sync: bool = True,
     ) -> None:
+        """Queue one operation. ``sync=False``: its commit need not be fsynced (it must still
+        reach the OS before ``on_done``: a process crash loses nothing); a batch is committed
+        without fsync only when every submit folded into it says so."""
         self._enqueue(
-            _Op(token, tuple(appends), tuple(removes), dict(delivered_marks or {}), tuple(purges))
+            _Op(token, tuple(appends), tuple(removes), dict(delivered_marks or {}), tuple(purges),
+                sync)
         )
 
     def submit_call(self, token: object, fn: Callable[[Store], object]) -> None:
@@ -169,9 +178,12 @@ class GroupCommitWriter:
             # acks, delivered marks and purges of a failed batch are retried first: an outage
             # must not bring acked messages back after a restart
             batch.add((), carry.removes, carry.marks, carry.purges)
+            batch.sync = True
         for op in items:
             assert isinstance(op, _Op)
             batch.add(op.appends, op.removes, op.marks, op.purges)
+            if op.sync:
+                batch.sync = True
         try:
             batch.write(self._store)
         except Exception:

@@ -58,6 +58,7 @@ class SqlDurability(DelayedWrites):
         self._removes: list[tuple[int, int]] = []
         self._marks: dict[int, int] = {}
         self._waiter: Waiter | None = None
+        self._sync = False  # the batch so far has a write whose commit must be fsynced
         self._scheduled = False
         self.failing = False
         self.paging_queues: set = set()
@@ -86,8 +87,9 @@ class SqlDurability(DelayedWrites):
         if not (self._appends or self._removes or self._marks):
             return
         token = self._waiter
-        self.writer.submit(token, self._appends, self._removes, self._marks)
+        self.writer.submit(token, self._appends, self._removes, self._marks, sync=self._sync)
         self._appends, self._removes, self._marks, self._waiter = [], [], {}, None
+        self._sync = False
 
     def write(self, fn: Callable) -> None:
         """An ordered write ``fn(store)`` on the writer thread: everything submitted before it is
@@ -127,7 +129,11 @@ class SqlDurability(DelayedWrites):
                 fn()
 
     # -- message hooks (hot path) ----------------------------------------------------------------
-    def append(self, q, msg) -> Waiter:
+    def append(self, q, msg, sync: bool = True) -> Waiter:
+        """``sync=False``: the commit holding it need not be fsynced (a stream's append; the
+        batch is still fsynced when anything else in it needs that)."""
+        if sync:
+            self._sync = True
         self._appends.append(StoredMessage(q.store_id, msg.seq, msg.exchange, msg.routing_key,
                                            msg.properties, msg.body, msg.created_ms or int(time.time() * 1000),
                                            msg.expires_ms, msg.priority))
@@ -143,6 +149,7 @@ class SqlDurability(DelayedWrites):
         if q is None or q.store_id is None or q.deleted:
             return
         self._removes.append((q.store_id, msg.seq))
+        self._sync = True
         self._schedule()
 
     def mark_delivered(self, msg) -> None:
@@ -152,6 +159,7 @@ class SqlDurability(DelayedWrites):
         marks = self._marks
         if marks.get(q.store_id, 0) < msg.seq:
             marks[q.store_id] = msg.seq
+            self._sync = True
             self._schedule()
 
     def messages_purged(self, q, msgs) -> None:

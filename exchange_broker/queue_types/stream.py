@@ -36,7 +36,8 @@ Named consumers (offset tracking), two ways:
 Storage: with the SQL store each message is a row of ``messages`` with
 ``seq = offset + 1`` and ``created_ms`` = its append time (monotonic), so offsets and
 timestamp seeks survive a restart; acks never remove rows; retention deletes the dropped
-segments' rows (``seq <= first kept offset``). Named offsets are rows of
+segments' rows (``seq <= first kept offset``). A commit of stream appends alone is not fsynced
+(:data:`STREAM_FSYNC`; README, "Stream queues"). Named offsets are rows of
 ``stream_offsets``. Only a bounded tail (:data:`TAIL_MAX` messages, all committed except
 the newest) is kept in memory; consumers that are behind read the older offsets back from
 the store off the event loop (``stream_store.py``), in blocks of ``BLOCK`` offsets that the stream's consumers
@@ -61,7 +62,8 @@ from exchange_broker.core.queue_args import QueueOptions
 from exchange_broker.queue_types.stream_args import (CONSUMER_NAME_ARG, _now_ms, _norm,
                                                      check_stream_arguments, parse_interval_ms,
                                                      parse_offset_spec)
-from exchange_broker.queue_types.stream_delivery import _Delivery, _delivery, _find_seq_at_time
+from exchange_broker.queue_types.stream_delivery import _OffsetDelivery, _delivery, _find_seq_at_time
+from exchange_broker.queue_types.stream_retention import Retention
 from exchange_broker.queue_types.stream_store import StoredLog
 
 log = logging.getLogger("exchange_broker.stream")
@@ -69,6 +71,9 @@ log = logging.getLogger("exchange_broker.stream")
 DEFAULT_SEGMENT_BYTES = 500_000_000   # RabbitMQ's x-stream-max-segment-size-bytes default
 TAIL_MAX = int(os.environ.get("EXCHANGE_BROKER_STREAM_TAIL", 50_000))  # stored stream: in memory
 UNCOMMITTED_HIGH = 100_000            # appends awaiting commit before publishers are paused
+# Like RabbitMQ's streams, a commit of stream appends alone is not fsynced (README, "Streams");
+# EXCHANGE_BROKER_STREAM_FSYNC=1 fsyncs each one (with SQLite synchronous FULL) before confirms.
+STREAM_FSYNC = os.environ.get("EXCHANGE_BROKER_STREAM_FSYNC", "").lower() in ("1", "true", "yes")
 class Reader:
     """One consumer's position in the stream."""
 
@@ -83,7 +88,7 @@ class Reader:
         self.inflight: deque[tuple[int, int]] = deque()  # (delivery tag, offset), unreconciled
 
 
-class StreamQueue(StoredLog, QueueType):
+class StreamQueue(StoredLog, Retention, QueueType):
     queue_type = "stream"
 
     def __init__(self, broker, vhost: str, name: str, arguments: dict) -> None:
@@ -97,12 +102,13 @@ class StreamQueue(StoredLog, QueueType):
         self.next_offset = 0
         self.last_ts = 0
         # in-memory tail: tail[i] is the message of offset tail_base + i (as appended, or its
-        # _Delivery once delivered)
+        # _OffsetDelivery once delivered)
         self.tail: list[Message] = []
         self.tail_base = 0
         self._pending: deque = deque()     # (first offset, waiter) of uncommitted appends
         self._last_waiter = None
         self._hooked = False
+        self._waking = False               # a _wake of the consumers at the end is scheduled
         # segments: [start offset, bytes, newest timestamp]; the last one is active
         self.segments: list[list[int]] = [[0, 0, 0]]
         self.total_bytes = 0
@@ -212,7 +218,7 @@ class StreamQueue(StoredLog, QueueType):
         waiter = None
         if self.store_id is not None:
             durability = self.broker.durability
-            waiter = durability.append(self, m)
+            waiter = durability.append(self, m, STREAM_FSYNC)
             if waiter is not None:
                 if waiter is not self._last_waiter:
                     self._last_waiter = waiter
@@ -220,7 +226,7 @@ class StreamQueue(StoredLog, QueueType):
                 if not self._hooked and hasattr(durability, "on_commit"):
                     self._hooked = True
                     durability.on_commit.append(self._on_commit)
-        self.tail.append(m)  # made a _Delivery when first delivered
+        self.tail.append(m)  # made an _OffsetDelivery when first delivered
         self.stats_published += 1
         # segments and retention
         size = len(m.body) + len(m.properties)
@@ -245,12 +251,23 @@ class StreamQueue(StoredLog, QueueType):
                     pending.popleft()
                 if pending and off - pending[0][0] > UNCOMMITTED_HIGH:
                     publisher.throttle(self)
-        # wake consumers waiting at the end of the log
-        if self.readers:
+        # wake consumers waiting at the end of the log: once, after this event (a batch of
+        # publishes is then delivered by one pump per consumer, not one per message)
+        if self.readers and not self._waking:
             for r in self.readers.values():
                 if r.cursor == off and r.ready:
-                    self._pump(r)
+                    self._waking = True
+                    if self.broker.clock.call_soon(self._wake) is None:  # a clock without timers
+                        self._wake()
+                    break
         return waiter
+
+    def _wake(self) -> None:
+        self._waking = False
+        if not self.deleted:
+            for r in list(self.readers.values()):
+                if r.ready:
+                    self._pump(r)
 
     def _on_commit(self) -> None:
         """After each committed batch: uncommitted bookkeeping, tail trimming, flow release."""
@@ -287,48 +304,6 @@ class StreamQueue(StoredLog, QueueType):
         if offset > self.tail_base:
             del self.tail[:offset - self.tail_base]
             self.tail_base = offset
-
-    def apply_policy(self, effective: dict, policy: str | None = None,
-                     operator_policy: str | None = None) -> None:
-        """Retention from policies (max-length-bytes, max-age) applies at once."""
-        super().apply_policy(effective, policy, operator_policy)
-        self.max_bytes = int(effective.get("x-max-length-bytes") or 0)
-        self.max_age_ms = parse_interval_ms(_norm(effective.get("x-max-age"))) or 0
-        self.apply_retention()
-
-    # -- retention ----------------------------------------------------------------------------------
-    def apply_retention(self, now: int | None = None) -> None:
-        segs = self.segments
-        if len(segs) < 2 or not (self.max_bytes or self.max_age_ms):
-            return
-        now = _now_ms() if now is None else now
-        drop = 0
-        total = self.total_bytes
-        while len(segs) - drop > 1:
-            s = segs[drop]
-            if (self.max_bytes and total > self.max_bytes) or \
-                    (self.max_age_ms and s[2] < now - self.max_age_ms):
-                total -= s[1]
-                drop += 1
-            else:
-                break
-        if not drop:
-            return
-        del segs[:drop]
-        self.total_bytes = total
-        self.truncate(segs[0][0])
-
-    def truncate(self, first: int) -> None:
-        """Forget every offset below ``first`` (memory and store)."""
-        if first <= self.first_offset:
-            return
-        self.first_offset = first
-        if self.tail_base < first:
-            self._drop_tail_before(first)
-        st = self._durability
-        if st is not None and not self.deleted:
-            qid = self.store_id
-            st.write(lambda s: s.delete_messages_upto(qid, first))
 
     # -- consumers ----------------------------------------------------------------------------------
     def check_consume(self, channel, method) -> None:
@@ -437,39 +412,46 @@ class StreamQueue(StoredLog, QueueType):
         if self.deleted or not c.active:
             return
         can_take = c.can_take
+        deliver = c.deliver
+        push = r.inflight.append
         tail = self.tail
-        inflight = r.inflight
+        base = self.tail_base
+        end = self.next_offset
+        cur = r.cursor
+        if cur < self.first_offset:
+            cur = self.first_offset
+        min_ts = r.min_ts
         blk = None
-        blk_start = blk_end = 0
-        while can_take():
-            cur = r.cursor
-            if cur < self.first_offset:
-                cur = r.cursor = self.first_offset
-            if cur >= self.next_offset:
-                return
-            if cur >= self.tail_base:
-                msg = tail[cur - self.tail_base]
-                if type(msg) is not _Delivery:  # as appended: never deliver that one (stored)
-                    msg = tail[cur - self.tail_base] = _delivery(
-                        msg.exchange, msg.routing_key, msg.properties, msg.body, cur,
-                        msg.created_ms, self)
+        blk_start = blk_end = sent = 0
+        while cur < end and can_take():
+            if cur >= base:
+                msg = tail[cur - base]
+                if type(msg) is not _OffsetDelivery:  # as appended: never deliver that one (stored)
+                    msg = tail[cur - base] = _delivery(msg.exchange, msg.routing_key,
+                                                       msg.properties, msg.body, cur,
+                                                       msg.created_ms, self)
             else:
                 if not blk_start <= cur < blk_end:
+                    r.cursor = cur
                     got = self._block(cur, r)
-                    if got is None:
-                        return  # being read back; the read's completion pumps again
+                    if got is None:  # being read back; the read's completion pumps again
+                        self.stats_delivered += sent
+                        return
                     blk, blk_start, blk_end = got
                 msg = blk[cur - blk_start]
                 if msg is None:  # no row (a failed write): skip the offset
-                    r.cursor = cur + 1
+                    cur += 1
                     continue
-            r.cursor = cur + 1
-            if r.min_ts:
-                if msg.created_ms < r.min_ts:
+            if min_ts:
+                if msg.created_ms < min_ts:
+                    cur += 1
                     continue
-                r.min_ts = 0
-            self.stats_delivered += 1
-            inflight.append((c.deliver(msg), cur))
+                min_ts = r.min_ts = 0
+            sent += 1
+            push((deliver(msg), cur))
+            cur += 1
+        r.cursor = cur
+        self.stats_delivered += sent
 
     # -- named consumer offsets -----------------------------------------------------------------------
     def _reconcile(self, r: Reader) -> bool:
@@ -482,8 +464,9 @@ class StreamQueue(StoredLog, QueueType):
             return False
         outstanding = c.outstanding
         last = None
+        popleft = inflight.popleft
         while inflight and inflight[0][0] not in outstanding:
-            last = inflight.popleft()[1]
+            last = popleft()[1]
         if last is not None and r.name is not None:
             self.set_offset(r.name, last, flush=False)
         return bool(inflight)

@@ -56,13 +56,37 @@ class _Delivery(Message):
     __slots__ = ()
 
 
+class _OffsetDelivery(_Delivery):
+    """A stream's delivery of one offset, made in one call (a stream makes one per offset it
+    delivers, or per offset it reads back from the store: this is on the hot path)."""
+
+    __slots__ = ()
+
+    def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes, seq: int,
+                 created_ms: int, queue) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties = properties
+        self.body = body
+        self.persistent = True
+        self.priority = 0
+        self.seq = seq
+        self.redelivered = False
+        self.queue = queue
+        self.stored = False
+        self._props = None
+        self.expires_ms = None
+        self.created_ms = created_ms
+        self.rejected = False
+        self.delivered_at = 0.0
+
+
 def _delivery(exchange: str, routing_key: str, properties: bytes, body: bytes, offset: int,
               created_ms: int, queue) -> Message:
-    m = _Delivery(exchange, routing_key, with_offset_header(properties, offset), body, True, 0)
-    m.seq = offset + 1
-    m.created_ms = created_ms
-    m.queue = queue
-    return m
+    t = _TEMPLATES.get(properties)
+    props = t[0] + _I64.pack(offset) + t[1] if t is not None else \
+        with_offset_header(properties, offset)
+    return _OffsetDelivery(exchange, routing_key, props, body, offset + 1, created_ms, queue)
 
 
 def _find_seq_at_time(store, queue_id: int, ts: int):
@@ -71,7 +95,11 @@ def _find_seq_at_time(store, queue_id: int, ts: int):
 
 def _read_block(store, queue_id: int, start: int, end: int, queue) -> list:
     """Executor: offsets [start, end) as delivery messages, a dense list (None for a missing row)."""
+    rows = store.read_log(queue_id, start, end)
+    if len(rows) == end - start and (not rows or rows[-1][0] == end):  # dense: no gap
+        return [_delivery(exchange, routing_key, props, body, seq - 1, created, queue)
+                for seq, exchange, routing_key, props, body, created in rows]
     out: list = [None] * (end - start)
-    for seq, exchange, routing_key, props, body, created in store.read_log(queue_id, start, end):
+    for seq, exchange, routing_key, props, body, created in rows:
         out[seq - 1 - start] = _delivery(exchange, routing_key, props, body, seq - 1, created, queue)
     return out

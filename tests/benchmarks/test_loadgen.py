@@ -199,7 +199,7 @@ def test_super_stream_bench_reads_every_message_through_a_group():
     assert len(results[1]["per_reader"]) == 3  # the group's three members shared the partitions
 
 
-@pytest.mark.parametrize("mode", ["transient", "confirms", "fanout"])
+@pytest.mark.parametrize("mode", ["transient", "confirms", "fanout", "stream"])
 def test_hot_path_measures_each_mode(mode):
     out = subprocess.run([sys.executable, str(BENCH / "hot_path.py"), mode, "--rounds", "4"],
                          capture_output=True, text=True, timeout=60)

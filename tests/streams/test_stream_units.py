@@ -116,3 +116,65 @@ def test_store_stream_methods(store):
     assert store.load_offsets("/", "s") == {}
     assert store.read_log(qid, 0, 1000) == []
     assert store.find_seq_at_time(qid, 0) is None
+
+
+# -- commits without fsync (stream appends) ---------------------------------------------------------
+def test_store_unsynced_batch_commits_and_level_is_per_transaction(store):
+    """write_batch(sync=False) commits like any batch (multi-row INSERTs of 256 and 32 rows and
+    single rows: 600 = 2 x 256 + 2 x 32 + 24); on SQLite that transaction runs at synchronous
+    NORMAL and the next fsynced one at the store's level (FULL) again."""
+    from sqlalchemy.exc import IntegrityError
+    qid = store.put_queue("/", "s", True, False, False, b"", queue_id=3)
+    levels = []
+    if store._dialect == "sqlite":
+        store.write_fence = lambda conn: levels.append(
+            conn.exec_driver_sql("PRAGMA synchronous").scalar())
+    rows = [StoredMessage(qid, seq, "", "s", b"\x00\x00", b"m%d" % seq, seq) for seq in range(1, 601)]
+    store.write_batch(rows, [], {}, sync=False)
+    store.write_batch([StoredMessage(qid, 601, "", "s", b"\x00\x00", b"last", 601)], [], {})
+    store.write_batch([StoredMessage(qid, 602, "", "s", b"\x00\x00", b"x", 602)], [], {}, sync=False)
+    got = store.read_log(qid, 0, 1000)
+    assert [r[0] for r in got] == list(range(1, 603))
+    assert got[299][4] == b"m300" and got[600][4] == b"last"
+    # a duplicate anywhere in a multi-row statement fails the whole batch, as an IntegrityError
+    bad = [StoredMessage(qid, seq, "", "s", b"", b"", 0) for seq in range(603, 900)] + \
+        [StoredMessage(qid, 5, "", "s", b"", b"", 0)]
+    with pytest.raises(IntegrityError):
+        store.write_batch(bad, [], {}, sync=False)
+    assert len(store.read_log(qid, 0, 1000)) == 602
+    if store._dialect == "sqlite":
+        assert levels[:3] == [1, 2, 1]  # NORMAL, FULL, NORMAL
+
+
+def test_writer_batch_unsynced_only_when_every_submit_allows_it(tmp_path):
+    from persistence.writer import GroupCommitWriter
+
+    class Recording(SqlStore):
+        syncs: list = []
+
+        def write_batch(self, appends, removes, delivered_marks, purges=(), sync=True):
+            self.syncs.append((len(appends), sync))
+            super().write_batch(appends, removes, delivered_marks, purges, sync=sync)
+
+    store = Recording(f"sqlite:///{tmp_path / 'broker.db'}")
+    store.open()
+    done = []
+    writer = GroupCommitWriter(store, lambda tokens, error: done.append((tokens, error)))
+    try:
+        qid = store.put_queue("/", "s", True, False, False, b"", queue_id=4)
+
+        def m(seq):
+            return StoredMessage(qid, seq, "", "s", b"", b"", seq)
+        # queued before start(): each pair is folded into one batch
+        writer.submit("a", [m(1)], sync=False)
+        writer.submit("b", [m(2)], sync=False)
+        writer.submit_call("barrier", lambda s: None)
+        writer.submit("c", [m(3)], sync=False)
+        writer.submit("d", [m(4)])
+        writer.start()
+        writer.stop()
+    finally:
+        store.close()
+    assert store.syncs == [(2, False), (2, True)]
+    assert [t for tokens, error in done for t in tokens] == ["a", "b", "barrier", "c", "d"]
+    assert all(error is None for _, error in done)
