@@ -200,7 +200,8 @@ class Application:
             config = self.config
             if self.store_lock is not None and self.cluster is None:  # a cluster node checks it each beat
                 self._lock_watch = loop.create_task(self._watch_lock(), name="store-lock")
-            self.durability = SqlDurability(self.store, loop, window=config.queue_window)
+            self.durability = SqlDurability(self.store, loop, window=config.queue_window,
+                                            fsync_streams=config.stream_fsync)
         self.broker = await self._warm_broker() or \
             build_broker(LoopClock(loop), durability=self.durability, config=config)
         if self.durability is not None:

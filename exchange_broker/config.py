@@ -96,6 +96,10 @@ class Config:
     in_memory: bool = setting(False, "keep nothing on disk (no SQL store)", group="store")
     queue_window: int = setting(20000, "messages a durable queue keeps in memory before paging to the store",
                                 group="store")
+    stream_fsync: bool = setting(
+        False, "fsync every commit of stream appends before confirming them (by default streams, like "
+               "RabbitMQ's, are confirmed once written to the OS: a process crash loses nothing, a power "
+               "loss may lose the last seconds)", group="store")
     no_publisher_pacing: bool = setting(
         False, "never pause reading a publisher because a queue with fast consumers falls behind it "
                "(flow control as RabbitMQ's credit flow; resource alarms and full consumer sockets "
@@ -165,7 +169,7 @@ class Config:
     @property
     def limits(self) -> dict:
         """What each connection offers in connection.tune, the largest message it accepts and,
-        with --no-publisher-pacing, ``publisher_pacing: False`` (connection/flow.py)."""
+        with --no-publisher-pacing, ``publisher_pacing: False`` (queue_types/pacing.py)."""
         channel_max = self.channel_max
         per_conn = self.max_channels_per_connection  # caps the channel_max offered
         if per_conn and (not channel_max or per_conn < channel_max):

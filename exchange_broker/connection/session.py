@@ -63,7 +63,7 @@ class Session:
         self.peer = peer
         self.name = name or f"{peer[0]}:{peer[1]}"
         limits = dict(limits or {})
-        self.pacing = limits.pop("publisher_pacing", True)  # connection/flow.py may pause it
+        self.pacing = limits.pop("publisher_pacing", True)  # queue_types/pacing.py may pause it
         if self.peer_cert_cn is not None:  # EXTERNAL only where a verified certificate names the user
             limits["mechanisms"] = "PLAIN AMQPLAIN EXTERNAL"
         self.conn = ServerConnection(self._authenticate, self._open_vhost, broker.server_properties(),

@@ -45,8 +45,10 @@ def encode_args(arguments: dict | None) -> bytes:
 class SqlDurability(DelayedWrites):
     enabled = True
 
-    def __init__(self, store, loop: asyncio.AbstractEventLoop, window: int = 20000) -> None:
+    def __init__(self, store, loop: asyncio.AbstractEventLoop, window: int = 20000,
+                 fsync_streams: bool = False) -> None:
         self.store = store
+        self.fsync_streams = fsync_streams  # --stream-fsync: stream appends are fsynced like the rest
         self.window = window
         self.loop = loop
         self.writer = GroupCommitWriter(store, self._on_done_thread)
@@ -132,7 +134,7 @@ class SqlDurability(DelayedWrites):
     def append(self, q, msg, sync: bool = True) -> Waiter:
         """``sync=False``: the commit holding it need not be fsynced (a stream's append; the
         batch is still fsynced when anything else in it needs that)."""
-        if sync:
+        if sync or self.fsync_streams:
             self._sync = True
         self._appends.append(StoredMessage(q.store_id, msg.seq, msg.exchange, msg.routing_key,
                                            msg.properties, msg.body, msg.created_ms or int(time.time() * 1000),

@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Iterable
 
-from exchange_broker.connection import flow
+from exchange_broker.queue_types import pacing as flow
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import describe
 from exchange_broker.core.ports import Consumer
@@ -44,7 +44,7 @@ class ClassicQueue(QueueType):
         self.consumer_priorities = False
         self._dispatching = False
         self.dispatch_queued = False  # waiting in broker.dispatch_later
-        self.pacer: flow.Pacer | None = None  # publisher pacing (connection/flow.py)
+        self.pacer: flow.Pacer | None = None  # publisher pacing (queue_types/pacing.py)
         # TTL / expiry timers
         self.has_ttl = opts.message_ttl is not None
         self._expiry_at: float | None = None

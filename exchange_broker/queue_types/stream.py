@@ -37,7 +37,7 @@ Storage: with the SQL store each message is a row of ``messages`` with
 ``seq = offset + 1`` and ``created_ms`` = its append time (monotonic), so offsets and
 timestamp seeks survive a restart; acks never remove rows; retention deletes the dropped
 segments' rows (``seq <= first kept offset``). A commit of stream appends alone is not fsynced
-(:data:`STREAM_FSYNC`; README, "Stream queues"). Named offsets are rows of
+(``serve --stream-fsync`` changes that; README, "Stream queues"). Named offsets are rows of
 ``stream_offsets``. Only a bounded tail (:data:`TAIL_MAX` messages, all committed except
 the newest) is kept in memory; consumers that are behind read the older offsets back from
 the store off the event loop (``stream_store.py``), in blocks of ``BLOCK`` offsets that the stream's consumers
@@ -71,9 +71,6 @@ log = logging.getLogger("exchange_broker.stream")
 DEFAULT_SEGMENT_BYTES = 500_000_000   # RabbitMQ's x-stream-max-segment-size-bytes default
 TAIL_MAX = int(os.environ.get("EXCHANGE_BROKER_STREAM_TAIL", 50_000))  # stored stream: in memory
 UNCOMMITTED_HIGH = 100_000            # appends awaiting commit before publishers are paused
-# Like RabbitMQ's streams, a commit of stream appends alone is not fsynced (README, "Streams");
-# EXCHANGE_BROKER_STREAM_FSYNC=1 fsyncs each one (with SQLite synchronous FULL) before confirms.
-STREAM_FSYNC = os.environ.get("EXCHANGE_BROKER_STREAM_FSYNC", "").lower() in ("1", "true", "yes")
 class Reader:
     """One consumer's position in the stream."""
 
@@ -218,7 +215,9 @@ class StreamQueue(StoredLog, Retention, QueueType):
         waiter = None
         if self.store_id is not None:
             durability = self.broker.durability
-            waiter = durability.append(self, m, STREAM_FSYNC)
+            # like RabbitMQ's streams: a commit of stream appends alone need not be fsynced (the
+            # durability's policy decides: serve --stream-fsync)
+            waiter = durability.append(self, m, False)
             if waiter is not None:
                 if waiter is not self._last_waiter:
                     self._last_waiter = waiter

@@ -1,4 +1,4 @@
-"""Publisher pacing (connection/flow.py): a classic queue whose consumers drain it fast stops
+"""Publisher pacing (queue_types/pacing.py): a classic queue whose consumers drain it fast stops
 reading the connections that publish into it while its backlog is past flow.HIGH, and reads them
 again below flow.LOW; never a queue without consumers, slow consumers, a connection that consumes,
 or with pacing turned off. Nothing is lost or reordered either way.
@@ -15,7 +15,7 @@ import pytest
 
 from eb_support import pika_connect, uniq, wait_until
 from exchange_broker.config import Config
-from exchange_broker.connection import flow
+from exchange_broker.queue_types import pacing as flow
 from exchange_broker.testing import ThreadedBroker
 
 N_BEFORE, N_AFTER = 1000, 2000

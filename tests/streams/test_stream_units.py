@@ -178,3 +178,33 @@ def test_writer_batch_unsynced_only_when_every_submit_allows_it(tmp_path):
     assert store.syncs == [(2, False), (2, True)]
     assert [t for tokens, error in done for t in tokens] == ["a", "b", "barrier", "c", "d"]
     assert all(error is None for _, error in done)
+
+
+def test_stream_fsync_flag_makes_stream_appends_synced(tmp_path):
+    """``serve --stream-fsync``: the durability fsyncs the commits of stream appends too."""
+    import asyncio
+
+    from exchange_broker.cli import build_parser
+    from exchange_broker.config import Config
+    from exchange_broker.durability.sql import SqlDurability
+
+    args = build_parser().parse_args(["serve", "--stream-fsync"])
+    assert Config.from_namespace(args).stream_fsync is True
+    assert Config.from_namespace(build_parser().parse_args(["serve"])).stream_fsync is False
+
+    class Queue:
+        store_id, deleted = 7, False
+
+    class Msg:
+        seq, exchange, routing_key, properties, body = 1, "", "s", b"", b"x"
+        created_ms, expires_ms, priority = 1, None, 0
+
+    loop = asyncio.new_event_loop()
+    try:
+        for fsync_streams, expected in ((False, False), (True, True)):
+            durability = SqlDurability(None, loop, fsync_streams=fsync_streams)
+            durability._schedule = lambda: None  # noqa: SLF001 - no writer: look at the batch only
+            durability.append(Queue(), Msg(), False)  # a stream's append
+            assert durability._sync is expected  # noqa: SLF001
+    finally:
+        loop.close()
