@@ -27,8 +27,9 @@ KNOWN_OPTIONS = {
     "batchsize": "rows per Arrow record batch (default 10000)",
     "idletimeoutms": "classic queues: a consumer stops after this long without a delivery "
                      "(default 1000; streaming: 250)",
-    "reconnecttimeoutms": "classic/quorum queues, streaming: how long the driver keeps trying the url's "
-                          "nodes after its connection is lost (a cluster failing over; default 30000)",
+    "reconnecttimeoutms": "after a lost connection, how long the classic/quorum streaming source or a "
+                          "stream range read keeps trying the url's nodes (a cluster failing over; "
+                          "default 30000)",
     "maxmessagespertrigger": "classic/quorum queues, streaming: at most this many messages per "
                              "micro-batch (default 10000)",
     "dedupe": "classic/quorum queues, streaming: none (default) | messageId (exactly-once for "

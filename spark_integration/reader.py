@@ -24,6 +24,7 @@ import urllib.request
 from base64 import b64encode
 from typing import Iterator, NamedTuple
 
+from .failover import connect_retrying
 from .amqp import (MAX_PREFETCH, AMQPError, ChannelClosed, Connection, ConnectionClosed,
                    ConnectionParams, Delivery)
 from .rows import stream_offset, to_record_batch
@@ -276,13 +277,15 @@ def split_range(start: int, end: int, parts: int) -> list[tuple[int, int]]:
 
 def read_stream_range(params: ConnectionParams, queue: str, start: int, end: int,
                       batch_rows: int = 10000, read_timeout: float = 30.0,
-                      fail_on_data_loss: bool = True, prefer: int = 0) -> Iterator:
+                      fail_on_data_loss: bool = True, prefer: int = 0,
+                      reconnect_timeout: float = 30.0) -> Iterator:
     """Yield Arrow batches with exactly the messages whose offset is in [start, end).
 
     If the connection is lost (its node died), the read reconnects, to the next node of the
-    url when it lists several, and resumes at the offset after the last one it kept: offsets
-    never change, so nothing is read twice or skipped.  It gives up after as many failed
-    connections in a row as the url has nodes (at least 2)."""
+    url when it lists several (trying them again for ``reconnect_timeout`` s while a cluster
+    fails over), and resumes at the offset after the last one it kept: offsets never change,
+    so nothing is read twice or skipped.  It gives up after as many lost connections in a row
+    as the url has nodes (at least 2)."""
     if end <= start:
         return
     credit = min(max(batch_rows, 1000), MAX_PREFETCH)
@@ -292,7 +295,10 @@ def read_stream_range(params: ConnectionParams, queue: str, start: int, end: int
     conn = None
     try:
         while state.resume < end:
-            conn = connect(params, prefer + failures)
+            if failures:  # a node died: its cluster may be failing over
+                conn = connect_retrying(params, reconnect_timeout, prefer=prefer + failures)[0]
+            else:
+                conn = connect(params, prefer)
             try:
                 conn.basic_qos(credit)
                 consume_stream(conn, queue, state.resume)

@@ -145,7 +145,7 @@ class AmqpBatchReader(DataSourceReader):
         if isinstance(partition, StreamRange):
             return R.read_stream_range(o.params, o.queue, partition.start, partition.end,
                                        o.batch_size, o.read_timeout, o.fail_on_data_loss,
-                                       prefer=_partition_id())
+                                       prefer=_partition_id(), reconnect_timeout=o.reconnect_timeout)
         return R.read_classic(o.params, o.queue, partition.budget, o.ack_mode, o.batch_size,
                               o.idle(), prefer=partition.index)
 
@@ -213,7 +213,7 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.opts
         return R.read_stream_range(o.params, o.queue, partition.start, partition.end,
                                    o.batch_size, o.read_timeout, o.fail_on_data_loss,
-                                   prefer=_partition_id())
+                                   prefer=_partition_id(), reconnect_timeout=o.reconnect_timeout)
 
     def commit(self, end: dict) -> None:
         pass  # Spark's checkpoint is the source of truth; a stream keeps its messages

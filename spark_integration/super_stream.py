@@ -127,7 +127,8 @@ class SuperStreamBatchReader(DataSourceReader):
     def read(self, partition):
         o = self.opts
         return R.read_stream_range(o.params, partition.queue, partition.start, partition.end,
-                                   o.batch_size, o.read_timeout, o.fail_on_data_loss)
+                                   o.batch_size, o.read_timeout, o.fail_on_data_loss,
+                                   reconnect_timeout=o.reconnect_timeout)
 
 
 class SuperStreamReader(DataSourceStreamReader):
@@ -168,7 +169,8 @@ class SuperStreamReader(DataSourceStreamReader):
     def read(self, partition):
         o = self.opts
         return R.read_stream_range(o.params, partition.queue, partition.start, partition.end,
-                                   o.batch_size, o.read_timeout, o.fail_on_data_loss)
+                                   o.batch_size, o.read_timeout, o.fail_on_data_loss,
+                                   reconnect_timeout=o.reconnect_timeout)
 
     def commit(self, end: dict) -> None:
         pass  # Spark's checkpoint is the source of truth; streams keep their messages

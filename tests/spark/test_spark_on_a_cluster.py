@@ -163,3 +163,25 @@ def test_sink_publishing_reconnects_and_publishes_again_what_was_not_confirmed(t
     got = _drain_bodies(standby.port, "sink-ha")
     assert set(got) == {f"b{i}-r{j}".encode() for i in range(40) for j in range(1000)}  # every row
     assert len(got) >= 40_000  # at least once: what was not confirmed was published again
+
+
+def test_a_stream_range_read_resumes_on_the_node_that_takes_over(two_nodes):
+    from spark_integration.amqp import Connection, ConnectionParams, Properties
+    from spark_integration.reader import read_stream_range
+
+    active, standby = two_nodes
+    url = f"amqp://guest:guest@127.0.0.1:{standby.port},127.0.0.1:{active.port}/%2F"
+    with Connection.connect(f"amqp://guest:guest@127.0.0.1:{active.port}/%2F") as c:
+        c.queue_declare("ha-stream", durable=True, arguments={"x-queue-type": "stream"})
+        c.confirm_select()
+        for i in range(20_000):
+            c.publish("", "ha-stream", f"s{i}".encode(), Properties(delivery_mode=2))
+        c.wait_for_confirms()
+    offsets = []
+    for n, batch in enumerate(read_stream_range(ConnectionParams.from_url(url), "ha-stream", 0, 20_000,
+                                                batch_rows=1000, reconnect_timeout=60)):
+        offsets.extend(batch.column("offset").to_pylist())
+        if n == 2:
+            active.kill()  # SIGKILL in the middle of the read
+    assert offsets == list(range(20_000))  # every offset once, in order, across the failover
+    assert standby.is_active()
