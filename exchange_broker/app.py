@@ -214,7 +214,7 @@ class Application:
             self.server.guard = self.cluster.guard
         await self.server.start()
         self.admin = await start_admin(config, self.broker, self.server)
-        if config.port_file and not self.config.cluster:  # a cluster node wrote it when it began to listen
+        if config.port_file and not config.cluster:  # a cluster node wrote it when it began to listen
             with open(config.port_file, "w") as fh:
                 fh.write(str(self.server.port))
         if self.cluster is not None:
@@ -232,7 +232,7 @@ class Application:
         from persistence.lock import store_lock
         await self._start_forwarding()  # first: with --port 0 the node's default name needs the port
         from persistence.cluster_store import tagged_url
-        # every database session of this process carries its node name and pid: a node whose
+        # every database session of this process is named after its pid and host: a node whose
         # lease ran out while it held the store (paused, hung) has them ended by the next one
         config = self.config = dataclasses.replace(self.config, database_url=tagged_url(self.config.store_url))
         self.cluster = ClusterNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,

@@ -70,12 +70,12 @@ class ClusterNode:
         # where the active node serves (AMQP, admin), refreshed each beat of a standby: its
         # listeners pass client connections there (exchange_broker.cluster.forward)
         self.active: tuple[str, str] | None = None
-        self.listening: tuple[str, str] = ("", "")
+        self.listening: tuple[str, str] = ("", "")  # this node's (AMQP, admin) addresses, set by the application
         # monotonic time of the start of the last heartbeat that renewed the store lease; a node
         # whose lease may have run out since then stops before it answers a client (guard)
         self.last_beat_ok = time.monotonic()
         self.stale_after = max(failover_timeout - heartbeat, heartbeat)
-        self._beat_ok = False  # this node's (AMQP, admin) addresses, set by the application
+        self._beat_ok = False  # the last heartbeat and store lease renewal both succeeded
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
