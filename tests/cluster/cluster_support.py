@@ -9,8 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pika
+
 from persistence.cluster_store import ClusterStore
-from eb_support import REPO, SubprocessBroker, free_port, subprocess_env, wait_until
+from eb_support import REPO, SubprocessBroker, free_port, pika_connect, subprocess_env, wait_until
 
 HEARTBEAT = "0.2"  # seconds: short beats and timeout keep the tests quick
 FAILOVER_TIMEOUT = "2"
@@ -59,6 +61,34 @@ class NodeProcess(SubprocessBroker):
     def is_active(self) -> bool:
         """Active: it serves the broker itself (its log says it is ready)."""
         return self.listening() and "exchange-broker ready on" in self.log()
+
+
+def publish_confirmed(port: int, queue: str, bodies: list[bytes]) -> None:
+    """Persistent messages into a durable queue, each confirmed (pika raises otherwise)."""
+    conn = pika_connect(port)
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(queue, durable=True)
+        for body in bodies:
+            ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2), mandatory=True)
+    finally:
+        conn.close()
+
+
+def drain(port: int, queue: str) -> list[tuple[bytes, bool]]:
+    """Every message of ``queue`` by basic.get, with its redelivered flag."""
+    conn = pika_connect(port)
+    try:
+        ch = conn.channel()
+        got = []
+        while True:
+            method, _props, body = ch.basic_get(queue, auto_ack=True)
+            if method is None:
+                return got
+            got.append((body, method.redelivered))
+    finally:
+        conn.close()
 
 
 def cluster_status(url: str) -> dict[str, dict]:

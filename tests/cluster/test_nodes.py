@@ -11,42 +11,13 @@ import sys
 
 import pika
 import requests
-from cluster_support import NodeProcess, cluster_status, wait_for_status
+from cluster_support import NodeProcess, cluster_status, drain, publish_confirmed, wait_for_status
 
 from eb_support import REPO, pika_connect, subprocess_env, wait_until
-
-PERSISTENT = pika.BasicProperties(delivery_mode=2)
-
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "exchange_broker", *args], capture_output=True, text=True,
                           timeout=60, cwd=str(REPO), env=subprocess_env())
-
-
-def publish_confirmed(port: int, queue: str, bodies: list[bytes]) -> None:
-    conn = pika_connect(port)
-    try:
-        ch = conn.channel()
-        ch.confirm_delivery()  # basic_publish raises unless the broker confirms
-        ch.queue_declare(queue, durable=True)
-        for body in bodies:
-            ch.basic_publish("", queue, body, PERSISTENT, mandatory=True)
-    finally:
-        conn.close()
-
-
-def drain(port: int, queue: str) -> list[tuple[bytes, bool]]:
-    conn = pika_connect(port)
-    try:
-        ch = conn.channel()
-        got = []
-        while True:
-            method, _props, body = ch.basic_get(queue, auto_ack=True)
-            if method is None:
-                return got
-            got.append((body, method.redelivered))
-    finally:
-        conn.close()
 
 
 def test_nodes_see_each_other_and_a_standby_takes_over_from_a_killed_active(nodes, cluster_url):

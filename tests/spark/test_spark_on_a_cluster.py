@@ -15,16 +15,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
-from cluster_support import NodeProcess  # noqa: E402
+from cluster_support import NodeProcess, drain  # noqa: E402
+
+from eb_support import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
 def wait_for(predicate, what, timeout=60.0, every=0.05):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(every)
+    assert wait_until(predicate, timeout, interval=every), f"timed out waiting for {what}"
 
 
 @pytest.fixture
@@ -121,21 +120,6 @@ def _rows(i: int, n: int):
         "properties": [{"delivery_mode": 2}] * n})
 
 
-def _drain_bodies(port: int, queue: str) -> list[bytes]:
-    from eb_support import pika_connect
-    conn = pika_connect(port)
-    try:
-        ch = conn.channel()
-        got = []
-        while True:
-            method, _props, body = ch.basic_get(queue, auto_ack=True)
-            if method is None:
-                return got
-            got.append(body)
-    finally:
-        conn.close()
-
-
 def test_sink_publishing_reconnects_and_publishes_again_what_was_not_confirmed(two_nodes):
     import threading
 
@@ -160,7 +144,7 @@ def test_sink_publishing_reconnects_and_publishes_again_what_was_not_confirmed(t
                             reconnect=lambda: connect_retrying(params, 60)[0])
     stats.conn.close()
     assert stats.reconnects >= 1 and stats.rows == 40_000
-    got = _drain_bodies(standby.port, "sink-ha")
+    got = [body for body, _ in drain(standby.port, "sink-ha")]
     assert set(got) == {f"b{i}-r{j}".encode() for i in range(40) for j in range(1000)}  # every row
     assert len(got) >= 40_000  # at least once: what was not confirmed was published again
 
