@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Callable, TypeVar
 
-from .amqp import ChannelClosed, Connection, ConnectionClosed, ConnectionFailed, ConnectionParams
+from .amqp import Connection, ConnectionClosed, ConnectionFailed, ConnectionParams
 
 log = logging.getLogger("spark_integration.failover")
 
@@ -42,7 +42,7 @@ def connect_retrying(params: ConnectionParams, retry_for: float, setup: Callable
             if tries == 0:
                 log.warning("AMQP nodes of %s unreachable (%s); retrying for up to %.0f s (a cluster may be "
                             "failing over)", params.redacted(), exc, retry_for)
-        except (ChannelClosed, BaseException):
+        except BaseException:  # ChannelClosed (a missing queue...) and everything else: no retry
             if conn is not None:
                 conn.abort()
             raise

@@ -222,11 +222,15 @@ def publish_batches(conn, batches: Iterable, exchange: str | None = None,
     return stats
 
 
+RESEND_ATTEMPTS = 10  # connections in a row lost while publishing again before the task fails
+
+
 def resend_with(resend: Callable[[], None]) -> None:
-    """``resend()``, again while the new connection is lost as well."""
-    while True:
+    """``resend()``, again while the new connection is lost as well (at most RESEND_ATTEMPTS)."""
+    for attempt in range(RESEND_ATTEMPTS):
         try:
             resend()
             return
         except ConnectionClosed:
-            continue
+            if attempt == RESEND_ATTEMPTS - 1:
+                raise

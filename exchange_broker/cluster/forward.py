@@ -18,7 +18,7 @@ import asyncio
 import logging
 from typing import Callable
 
-from exchange_broker.server.listener import is_loopback
+from exchange_broker.core.auth import is_loopback
 
 log = logging.getLogger("exchange_broker.cluster")
 
@@ -39,7 +39,7 @@ class _End(asyncio.Protocol):
         self.forwarder = forwarder
         self.transport: asyncio.Transport | None = None
         self.other: _End | None = None
-        self.early: list[bytes] = []  # read before the other end was connected
+        self.early: list[bytes] = []  # read before the two ends were linked
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -73,6 +73,14 @@ class _End(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def link(self, other: "_End") -> None:
+        """Join the two ends; what either read before (its ``early`` bytes) goes across now."""
+        self.other, other.other = other, self
+        for end in (self, other):
+            for data in end.early:
+                end.other.transport.write(data)
+            end.early.clear()
+
 
 class _ClientEnd(_End):
     def connection_made(self, transport) -> None:
@@ -101,13 +109,10 @@ class _ClientEnd(_End):
             upstream.close()
             return
         self.forwarder.ends.add(upstream)
-        self.other, upstream.other = upstream, self
         seen_as = upstream.transport.get_extra_info("sockname")
         if self.forwarder.proxy_line and client and seen_as and is_loopback(seen_as[0]):
             upstream.transport.write(proxy_line(client, upstream.transport.get_extra_info("peername")))
-        for data in self.early:
-            upstream.transport.write(data)
-        self.early.clear()
+        self.link(upstream)
         self.transport.resume_reading()
 
 

@@ -21,6 +21,7 @@ from pamqp import commands
 from pamqp import decode as pdecode
 
 from exchange_broker.connection.channel import Channel
+from exchange_broker.core.auth import is_loopback
 from exchange_broker.core.names import logsafe
 from exchange_broker.protocol import codec
 from exchange_broker.protocol import events as ev
@@ -179,9 +180,8 @@ class Session:
             raise AMQPError(ACCESS_REFUSED, f"malformed {mechanism} login response: {exc}",
                             10, 11, hard=True) from None
         host = self.peer[0] if self.peer else ""
-        loopback = host.startswith("127.") or host in ("::1", "localhost", "") or host.startswith("::ffff:127.")
         try:
-            return self.broker.authenticate(user, password, loopback, mechanism)
+            return self.broker.authenticate(user, password, is_loopback(host), mechanism)
         except AMQPError as err:  # as RabbitMQ: the client is told to see the log, so it says why
             log.info("login refused on connection %s: user '%s', mechanism %s: %s", self.name,
                      logsafe(user), mechanism, logsafe(err.text))

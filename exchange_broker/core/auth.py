@@ -14,6 +14,14 @@ HASHING_MD5 = "rabbit_password_hashing_md5"
 _ALGOS = {HASHING_SHA256: hashlib.sha256, HASHING_SHA512: hashlib.sha512, HASHING_MD5: hashlib.md5}
 
 
+def is_loopback(host: str | None) -> bool:
+    """A peer on this host (IPv4, IPv6 or IPv4-mapped loopback); no address at all (an in-process
+    connection) counts as local. RabbitMQ's loopback-only users may log in from such peers only."""
+    if not host:
+        return True
+    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
+
+
 def hash_password(password: str, algorithm: str = HASHING_SHA256, salt: bytes | None = None) -> str:
     """base64(salt ++ H(salt ++ utf8(password))) with a 4-byte salt, as RabbitMQ stores it."""
     salt = os.urandom(4) if salt is None else salt

@@ -8,6 +8,7 @@ import binascii
 from fastapi import Depends, Request
 from fastapi.security import HTTPBasic
 
+from exchange_broker.core.auth import is_loopback
 from exchange_broker.management.common import Principal, ServiceError
 
 REALM = "exchange-broker Management"
@@ -27,12 +28,6 @@ basic_scheme = _DocumentedBasic(realm=REALM, auto_error=False)
 
 def login_failed(reason: str = "Login failed") -> ServiceError:
     return ServiceError(401, "not_authorized", reason)
-
-
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return True
-    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
 
 
 def credentials(request: Request) -> tuple[str, str]:
@@ -55,7 +50,7 @@ async def require_user(request: Request, _doc: None = Depends(basic_scheme)) -> 
     user, password = credentials(request)
     client = request.client
     broker = request.app.state.admin.broker
-    return authenticate(broker, user, password, _is_loopback(client.host if client else None))
+    return authenticate(broker, user, password, is_loopback(client.host if client else None))
 
 
 def authenticate(broker, username: str, password: str, peer_is_loopback: bool = True) -> Principal:

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from exchange_broker.connection.session import Session
+from exchange_broker.core.auth import is_loopback
 from exchange_broker.protocol.constants import CONNECTION_FORCED
 
 if TYPE_CHECKING:
@@ -23,11 +24,6 @@ log = logging.getLogger("exchange_broker.server")
 
 WRITE_HIGH_WATER = 4 * 1024 * 1024  # transport buffer above which a session stops writing deliveries
 PROXY_LINE_MAX = 107  # the longest PROXY protocol v1 line, CRLF included
-
-
-def is_loopback(host: str) -> bool:
-    """A peer on this host (IPv4, IPv6 or IPv4-mapped loopback)."""
-    return host.startswith("127.") or host in ("::1", "localhost", "") or host.startswith("::ffff:127.")
 
 
 class AMQPProtocol(asyncio.Protocol):
