@@ -115,6 +115,27 @@ class Message(Base):
     priority: Mapped[int] = mapped_column(SmallInteger, nullable=False)
 
 
+class StreamChunk(Base):
+    """A run of consecutive messages of a stream queue (offset = seq - 1), appended in one commit:
+    ``data`` is their blob (``stream_chunks.py``); ``count``, ``bytes`` (properties + bodies) and
+    the created_ms of its first and last message are kept beside it for seeks and retention."""
+
+    __tablename__ = "stream_chunks"
+    __table_args__ = (
+        Index("ix_stream_chunks_queue_last_ms", "queue_id", "last_ms", "first_seq"),  # time seeks
+    )
+    queue_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("queues.id", ondelete="CASCADE"), primary_key=True
+    )
+    first_seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    last_seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    count: Mapped[int] = mapped_column(Integer, nullable=False)
+    bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    first_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    last_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    data: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
 class StreamOffset(Base):
     __tablename__ = "stream_offsets"
     vhost: Mapped[str] = mapped_column(String, primary_key=True)
@@ -228,6 +249,7 @@ queues = Queue.__table__
 bindings = Binding.__table__
 messages = Message.__table__
 stream_offsets = StreamOffset.__table__
+stream_chunks = StreamChunk.__table__
 delayed_messages = DelayedMessage.__table__
 policies = Policy.__table__
 vhost_limits = VHostLimit.__table__

@@ -13,8 +13,9 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from .models import (bindings, exchanges, messages, permissions, policies, queues, stream_offsets, users,
-                     vhosts)
+from .models import (bindings, exchanges, messages, permissions, policies, queues, stream_chunks,
+                     stream_offsets, users, vhosts)
+from .sql_stream_log import log_stats
 from .store import Definitions
 
 
@@ -39,6 +40,7 @@ class SqlDefinitions:
                     ).group_by(messages.c.queue_id)
                 )
             }
+            stats.update(log_stats(conn))  # stream queues: their logs' chunks
             vh = [
                 {"name": r.name, "metadata": json.loads(r.metadata_json)}
                 for r in conn.execute(select(vhosts).order_by(vhosts.c.name))
@@ -92,6 +94,7 @@ class SqlDefinitions:
         with self._write() as conn:
             qids = select(queues.c.id).where(queues.c.vhost == name)
             conn.execute(delete(messages).where(messages.c.queue_id.in_(qids)))
+            conn.execute(delete(stream_chunks).where(stream_chunks.c.queue_id.in_(qids)))
             for table in (bindings, queues, exchanges, permissions, stream_offsets, policies):
                 conn.execute(delete(table).where(table.c.vhost == name))
             conn.execute(delete(vhosts).where(vhosts.c.name == name))
@@ -226,6 +229,7 @@ class SqlDefinitions:
             return
         if old is not None:  # the caller sees a new queue: drop the stale row and its messages
             conn.execute(delete(messages).where(messages.c.queue_id == old))
+            conn.execute(delete(stream_chunks).where(stream_chunks.c.queue_id == old))
             conn.execute(delete(queues).where(q.id == old))
         conn.execute(insert(queues).values(id=queue_id, **values))
         if self._dialect == "postgresql":  # keep the serial ahead of caller-assigned ids
@@ -244,6 +248,7 @@ class SqlDefinitions:
             qid = conn.scalar(select(queues.c.id).where(queues.c.vhost == vhost, queues.c.name == name))
             if qid is not None:
                 conn.execute(delete(messages).where(messages.c.queue_id == qid))
+                conn.execute(delete(stream_chunks).where(stream_chunks.c.queue_id == qid))
             conn.execute(
                 delete(bindings).where(
                     b.vhost == vhost, b.destination == name, b.destination_type == "queue"

@@ -1,5 +1,5 @@
-"""Messages in the SQL store: queue rows (group-commit batches, paging reads), stream logs and
-stream consumer offsets.
+"""Messages in the SQL store: queue rows (group-commit batches, paging reads, the stream logs'
+chunks written in the same transactions) and stream consumer offsets.
 
 A mixin of :class:`persistence.sql_store.SqlStore` (which provides ``_write``, ``_read``,
 ``_upsert`` and ``_dialect``); one transaction per call.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from itertools import chain
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from sqlalchemy import bindparam, delete, event, func, insert, select, update
 from sqlalchemy.engine import Connection
@@ -43,10 +43,6 @@ _SQLITE_INSERT_MANY = {
     + ", ".join([_SQLITE_VALUES] * n)
     for n in (SQLITE_ROWS, SQLITE_ROWS_SMALL)
 }
-_SQLITE_READ_LOG = (
-    "SELECT seq, exchange, routing_key, properties, body, created_ms FROM messages "
-    "WHERE queue_id = ? AND seq > ? AND seq <= ? ORDER BY seq"
-)
 _DELETE_SEQS = delete(messages).where(
     messages.c.queue_id == bindparam("q"), messages.c.seq.in_(bindparam("seqs", expanding=True))
 )
@@ -135,12 +131,15 @@ class SqlMessages:
         delivered_marks: dict[int, int],
         purges: Iterable[int] = (),
         sync: bool = True,
+        logs: dict[int, list] | None = None,
     ) -> None:
+        """``logs``: {stream queue id: consecutive messages to append to its log} (objects with
+        seq, exchange, routing_key, properties, body, created_ms), stored as chunks."""
         purge_ids = list(purges)
-        if not (appends or removes or delivered_marks or purge_ids):
+        if not (appends or removes or delivered_marks or purge_ids or logs):
             return
         if sync or self._dialect != "sqlite" or self._sqlite_synchronous not in _FSYNCING_LEVELS:
-            self._write_batch(appends, removes, delivered_marks, purge_ids, sync)
+            self._write_batch(appends, removes, delivered_marks, purge_ids, sync, logs)
             return
         engine = self.engine
         if self._levels_hooked is not engine:
@@ -148,11 +147,11 @@ class SqlMessages:
             self._levels_hooked = engine
         _commit.unsynced = True
         try:
-            self._write_batch(appends, removes, delivered_marks, purge_ids, sync)
+            self._write_batch(appends, removes, delivered_marks, purge_ids, sync, logs)
         finally:
             _commit.unsynced = False
 
-    def _write_batch(self, appends, removes, delivered_marks, purge_ids, sync: bool) -> None:
+    def _write_batch(self, appends, removes, delivered_marks, purge_ids, sync: bool, logs) -> None:
         with self._write() as conn:
             if not sync and self._dialect == "postgresql":
                 # the commit returns before the server flushes its WAL (the server has it: a crash
@@ -162,6 +161,8 @@ class SqlMessages:
                 conn.execute(delete(messages).where(messages.c.queue_id.in_(purge_ids)))
             if appends:
                 self._insert_messages(conn, appends)
+            if logs:
+                self._insert_chunks(conn, logs)
             if removes:
                 self._delete_messages(conn, removes)
             if delivered_marks:
@@ -255,91 +256,3 @@ class SqlMessages:
                 select(o.name, o.offset).where(o.vhost == vhost, o.queue == queue)
             ).all()
         return {name: int(off) for name, off in rows}
-
-    # ------------------------------------------------------------ stream logs
-    def delete_messages_upto(self, queue_id: int, seq: int) -> int:
-        """Drop the head of a log: every message of the queue with seq <= ``seq``."""
-        m = messages.c
-        with self._write() as conn:
-            result = conn.execute(delete(messages).where(m.queue_id == queue_id, m.seq <= seq))
-        return int(result.rowcount or 0)
-
-    def read_log(self, queue_id: int, start: int, end: int) -> list[tuple]:
-        """Rows with ``start < seq <= end``, in seq order, as plain tuples
-        (seq, exchange, routing_key, properties, body, created_ms)."""
-        m = messages.c
-        with self._read() as conn:
-            if self._dialect == "sqlite":  # straight to the driver: ~2x faster per row
-                cur = conn.connection.driver_connection.cursor()
-                try:
-                    return cur.execute(_SQLITE_READ_LOG, (queue_id, start, end)).fetchall()
-                finally:
-                    cur.close()
-            rows = conn.execute(
-                select(m.seq, m.exchange, m.routing_key, m.properties, m.body, m.created_ms)
-                .where(m.queue_id == queue_id, m.seq > start, m.seq <= end)
-                .order_by(m.seq)
-            ).all()
-        return [(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), r[5]) for r in rows]
-
-    def find_seq_at_time(self, queue_id: int, created_ms: int) -> int | None:
-        """The lowest seq whose created_ms >= ``created_ms`` (None: none is that recent).
-
-        Binary search on the primary key; relies on created_ms never falling as seq rises
-        (true of stream logs, which stamp appends monotonically)."""
-        m = messages.c
-        probe = (
-            select(m.seq, m.created_ms)
-            .where(m.queue_id == queue_id, m.seq >= bindparam("s"))
-            .order_by(m.seq)
-            .limit(1)
-        )
-        with self._read() as conn:
-            lo, hi = conn.execute(
-                select(func.min(m.seq), func.max(m.seq)).where(m.queue_id == queue_id)
-            ).one()
-            if lo is None:
-                return None
-            last = conn.execute(probe, {"s": hi}).one()
-            if last.created_ms < created_ms:
-                return None
-            found = hi
-            while lo <= hi:
-                mid = (lo + hi) // 2
-                row = conn.execute(probe, {"s": mid}).first()
-                if row is not None and row.created_ms >= created_ms:
-                    found = min(found, row.seq)
-                    hi = mid - 1
-                else:
-                    lo = (row.seq if row is not None else mid) + 1
-        return int(found)
-
-    def log_bytes(self, queue_id: int) -> int:
-        """Sum of len(properties) + len(body) over a queue's messages."""
-        m = messages.c
-        with self._read() as conn:
-            total = conn.scalar(
-                select(
-                    func.coalesce(func.sum(func.length(m.properties) + func.length(m.body)), 0)
-                ).where(m.queue_id == queue_id)
-            )
-        return int(total or 0)
-
-    def iter_message_sizes(self, queue_id: int, chunk: int = 10000) -> Iterator[tuple[int, int, int]]:
-        """(seq, len(properties) + len(body), created_ms) of every message of a queue, in seq
-        order, read in chunks (no bodies are returned)."""
-        m = messages.c
-        after = 0
-        while True:
-            with self._read() as conn:
-                rows = conn.execute(
-                    select(m.seq, func.length(m.properties) + func.length(m.body), m.created_ms)
-                    .where(m.queue_id == queue_id, m.seq > after)
-                    .order_by(m.seq)
-                    .limit(chunk)
-                ).all()
-            for seq, size, created in rows:
-                yield int(seq), int(size), int(created)
-            if len(rows) < chunk:
-                return
-            after = rows[-1][0]

@@ -2,7 +2,7 @@
 
 This module holds the engine and transaction plumbing; the operations live by concern in
 ``sql_definitions.py`` (vhosts, users, permissions, exchanges, queues, bindings),
-``sql_messages.py`` (queue messages, stream logs and offsets) and ``delayed_store.py``
+``sql_messages.py`` (queue messages and stream offsets), ``sql_stream_log.py`` (stream logs) and ``delayed_store.py``
 (the delayed-message exchange's rows), mixed into :class:`SqlStore`.
 """
 
@@ -21,6 +21,7 @@ from . import migrate
 from .delayed_store import SqlDelayed
 from .sql_definitions import SqlDefinitions
 from .sql_messages import SqlMessages
+from .sql_stream_log import SqlStreamLog
 
 SQLITE_SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
@@ -54,7 +55,7 @@ def _make_engine(url: str, sqlite_synchronous: str) -> Engine:
     return engine
 
 
-class SqlStore(SqlDefinitions, SqlMessages, SqlDelayed):
+class SqlStore(SqlDefinitions, SqlMessages, SqlStreamLog, SqlDelayed):
     """Durable store on SQLite (``sqlite:///path/broker.db``) or PostgreSQL (``postgresql+psycopg://``)."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL") -> None:

@@ -23,6 +23,7 @@ class _Op:
     marks: dict[int, int]
     purges: tuple[int, ...]
     sync: bool = True  # False: its commit need not be fsynced (stream appends only)
+    logs: dict[int, list] | None = None  # stream appends: {queue id: consecutive messages}
 
 
 @dataclass
@@ -42,6 +43,7 @@ class MergedBatch:
     marks: dict[int, int] = field(default_factory=dict)
     purges: dict[int, None] = field(default_factory=dict)  # ordered set
     sync: bool = False  # some submit folded in needs its commit fsynced
+    logs: dict[int, list] = field(default_factory=dict)  # stream appends, in order per log
 
     def add(
         self,
@@ -49,10 +51,12 @@ class MergedBatch:
         removes: Iterable[tuple[int, int]],
         marks: dict[int, int],
         purges: Iterable[int],
+        logs: dict[int, list] | None = None,
     ) -> None:
         # within one submit write_batch's order applies: purges, appends, removes, marks
         for qid in purges:
             self.purges[qid] = None
+            self.logs.pop(qid, None)
             self.appends = {k: m for k, m in self.appends.items() if k[0] != qid}
             self.removes = {k: None for k in self.removes if k[0] != qid}
         for m in appends:
@@ -64,13 +68,20 @@ class MergedBatch:
         for qid, mark in marks.items():
             if mark > self.marks.get(qid, mark - 1):
                 self.marks[qid] = mark
+        if logs:
+            for qid, entries in logs.items():
+                have = self.logs.get(qid)
+                if have is None:
+                    self.logs[qid] = list(entries)
+                else:
+                    have.extend(entries)
 
     def write(self, store: Store) -> None:
         args = (list(self.appends.values()), list(self.removes), dict(self.marks), list(self.purges))
-        if self.sync:
-            store.write_batch(*args)
-        else:  # every submit in it said so (stream appends): a commit without fsync
-            store.write_batch(*args, sync=False)
+        kw: dict = {"logs": self.logs} if self.logs else {}
+        if not self.sync:  # every submit in it said so (stream appends): a commit without fsync
+            kw["sync"] = False
+        store.write_batch(*args, **kw)
 
 
 class GroupCommitWriter:
@@ -112,13 +123,15 @@ class GroupCommitWriter:
         delivered_marks: dict[int, int] | None = None,
         purges: Iterable[int] = (),
         sync: bool = True,
+        logs: dict[int, list] | None = None,
     ) -> None:
         """Queue one operation. ``sync=False``: its commit need not be fsynced (it must still
         reach the OS before ``on_done``: a process crash loses nothing); a batch is committed
-        without fsync only when every submit folded into it says so."""
+        without fsync only when every submit folded into it says so. ``logs``: stream appends
+        ({queue id: consecutive messages}, handed over: the caller must not change it)."""
         self._enqueue(
             _Op(token, tuple(appends), tuple(removes), dict(delivered_marks or {}), tuple(purges),
-                sync)
+                sync, logs or None)
         )
 
     def submit_call(self, token: object, fn: Callable[[Store], object]) -> None:
@@ -181,7 +194,7 @@ class GroupCommitWriter:
             batch.sync = True
         for op in items:
             assert isinstance(op, _Op)
-            batch.add(op.appends, op.removes, op.marks, op.purges)
+            batch.add(op.appends, op.removes, op.marks, op.purges, op.logs)
             if op.sync:
                 batch.sync = True
         try:

@@ -97,7 +97,10 @@ class NullDurability:
     def binding_removed(self, vhost, source, dest_type, dest, routing_key, arguments) -> None: ...
     def messages_purged(self, q, msgs) -> None: ...
 
-    def append(self, q, msg, sync: bool = True) -> Waiter | None:
+    def append(self, q, msg) -> Waiter | None:
+        return None
+
+    def append_log(self, q, msg) -> Waiter | None:  # a stream's append
         return None
 
     def remove(self, msg) -> None: ...

@@ -57,6 +57,7 @@ class SqlDurability(DelayedWrites):
         self._shared_ids = False
         self._reserving = False
         self._appends: list[StoredMessage] = []
+        self._logs: dict[int, list] = {}  # stream appends: {queue id: its messages, in order}
         self._removes: list[tuple[int, int]] = []
         self._marks: dict[int, int] = {}
         self._waiter: Waiter | None = None
@@ -86,11 +87,13 @@ class SqlDurability(DelayedWrites):
         end of the event-loop turn) so that writes submitted next are ordered after them.
         Raises RuntimeError once the writer has stopped."""
         self._scheduled = False
-        if not (self._appends or self._removes or self._marks):
+        if not (self._appends or self._removes or self._marks or self._logs):
             return
         token = self._waiter
-        self.writer.submit(token, self._appends, self._removes, self._marks, sync=self._sync)
+        self.writer.submit(token, self._appends, self._removes, self._marks, sync=self._sync,
+                           logs=self._logs)
         self._appends, self._removes, self._marks, self._waiter = [], [], {}, None
+        self._logs = {}
         self._sync = False
 
     def write(self, fn: Callable) -> None:
@@ -131,11 +134,9 @@ class SqlDurability(DelayedWrites):
                 fn()
 
     # -- message hooks (hot path) ----------------------------------------------------------------
-    def append(self, q, msg, sync: bool = True) -> Waiter:
-        """``sync=False``: the commit holding it need not be fsynced (a stream's append; the
-        batch is still fsynced when anything else in it needs that)."""
-        if sync or self.fsync_streams:
-            self._sync = True
+    def append(self, q, msg) -> Waiter:
+        """A message row of a classic or quorum queue (its commit is fsynced)."""
+        self._sync = True
         self._appends.append(StoredMessage(q.store_id, msg.seq, msg.exchange, msg.routing_key,
                                            msg.properties, msg.body, msg.created_ms or int(time.time() * 1000),
                                            msg.expires_ms, msg.priority))
@@ -144,6 +145,24 @@ class SqlDurability(DelayedWrites):
             waiter = self._waiter = Waiter()
             self._schedule()
         msg.stored = waiter  # truthy; .done/.ok tell whether the row is committed
+        return waiter
+
+    def append_log(self, q, msg) -> Waiter:
+        """A stream's append (``msg.seq`` one above its last): stored with the others of this
+        turn as a chunk of its log; the commit is fsynced only with ``--stream-fsync`` (or when
+        something else in the batch needs it)."""
+        if self.fsync_streams:
+            self._sync = True
+        entries = self._logs.get(q.store_id)
+        if entries is None:
+            self._logs[q.store_id] = [msg]
+        else:
+            entries.append(msg)
+        waiter = self._waiter
+        if waiter is None:
+            waiter = self._waiter = Waiter()
+            self._schedule()
+        msg.stored = waiter
         return waiter
 
     def remove(self, msg) -> None:

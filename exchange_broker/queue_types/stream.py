@@ -15,7 +15,7 @@ What clients see (checked against RabbitMQ 3.10):
   numeric offset, an AMQP timestamp, or an interval string (``"1h"``: now minus one hour).
   ``basic.get``, ``queue.purge``, ``basic.nack`` and ``basic.reject`` are 540.
 * ``"last"`` means the last message in the stream (RabbitMQ: the first message of the
-  last chunk; this broker has no chunks, so its "chunk" is one message).
+  last chunk; here "last" is one message, whatever chunk stores it).
 * Retention: ``x-max-length-bytes`` and ``x-max-age`` (``7D``, ``12h``; units Y M D h m s)
   drop whole segments (``x-stream-max-segment-size-bytes``, default 500 MB, as RabbitMQ)
   from the head; the active segment is never dropped. A message's size is its body plus its
@@ -33,10 +33,11 @@ Named consumers (offset tracking), two ways:
 * Admin: :meth:`StreamQueue.query_offset`, :meth:`StreamQueue.set_offset`, ``offsets`` and
   :meth:`StreamQueue.info` (the management API's stream-offsets endpoints call them).
 
-Storage: with the SQL store each message is a row of ``messages`` with
+Storage: with the SQL store the log is stored in chunks (``persistence/stream_chunks.py``: one
+``stream_chunks`` row per run of messages appended in one commit), each message with
 ``seq = offset + 1`` and ``created_ms`` = its append time (monotonic), so offsets and
-timestamp seeks survive a restart; acks never remove rows; retention deletes the dropped
-segments' rows (``seq <= first kept offset``). A commit of stream appends alone is not fsynced
+timestamp seeks survive a restart; acks never remove anything; retention deletes the dropped
+segments' messages (``seq <= first kept offset``). A commit of stream appends alone is not fsynced
 (``serve --stream-fsync`` changes that; README, "Stream queues"). Named offsets are rows of
 ``stream_offsets``. Only a bounded tail (:data:`TAIL_MAX` messages, all committed except
 the newest) is kept in memory; consumers that are behind read the older offsets back from
@@ -50,6 +51,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+from time import time as _time
 from collections import OrderedDict, deque
 
 from exchange_broker.core.message import Message
@@ -59,7 +61,7 @@ from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.core.ports import Consumer
 from exchange_broker.core.queue import QueueType
 from exchange_broker.core.queue_args import QueueOptions
-from exchange_broker.queue_types.stream_args import (CONSUMER_NAME_ARG, _now_ms, _norm,
+from exchange_broker.queue_types.stream_args import (CONSUMER_NAME_ARG, _norm,
                                                      check_stream_arguments, parse_interval_ms,
                                                      parse_offset_spec)
 from exchange_broker.queue_types.stream_delivery import _OffsetDelivery, _delivery, _find_seq_at_time
@@ -206,7 +208,7 @@ class StreamQueue(StoredLog, Retention, QueueType):
         self.next_seq = seq + 1
         m.seq = seq
         m.queue = self
-        now = _now_ms()
+        now = int(_time() * 1000)  # _now_ms() inlined (once per append)
         ts = now if now > self.last_ts else self.last_ts
         self.last_ts = ts
         m.created_ms = ts
@@ -215,9 +217,9 @@ class StreamQueue(StoredLog, Retention, QueueType):
         waiter = None
         if self.store_id is not None:
             durability = self.broker.durability
-            # like RabbitMQ's streams: a commit of stream appends alone need not be fsynced (the
-            # durability's policy decides: serve --stream-fsync)
-            waiter = durability.append(self, m, False)
+            # stored as chunks of the log; like RabbitMQ's streams, a commit of stream appends
+            # alone need not be fsynced (the durability's policy decides: serve --stream-fsync)
+            waiter = durability.append_log(self, m)
             if waiter is not None:
                 if waiter is not self._last_waiter:
                     self._last_waiter = waiter
@@ -245,11 +247,9 @@ class StreamQueue(StoredLog, Retention, QueueType):
             if len(self.tail) > TAIL_MAX + 1024:
                 self._trim_tail()
             pending = self._pending
-            if publisher is not None and pending and off - pending[0][0] > UNCOMMITTED_HIGH:
-                while pending and pending[0][1].done:
-                    pending.popleft()
-                if pending and off - pending[0][0] > UNCOMMITTED_HIGH:
-                    publisher.throttle(self)
+            if publisher is not None and pending and off - pending[0][0] > UNCOMMITTED_HIGH \
+                    and off - self.committed_end() > UNCOMMITTED_HIGH:
+                publisher.throttle(self)
         # wake consumers waiting at the end of the log: once, after this event (a batch of
         # publishes is then delivered by one pump per consumer, not one per message)
         if self.readers and not self._waking:
@@ -276,25 +276,17 @@ class StreamQueue(StoredLog, Retention, QueueType):
             except (AttributeError, ValueError):
                 pass
             return
-        pending = self._pending
-        while pending and pending[0][1].done:
-            pending.popleft()
-        if not pending:
+        uncommitted = self.next_offset - self.committed_end()
+        if not self._pending:
             self._last_waiter = None
         if len(self.tail) > TAIL_MAX:
             self._trim_tail()
-        if self.flow_blocked and (not pending or
-                                  self.next_offset - pending[0][0] < UNCOMMITTED_HIGH // 2):
+        if self.flow_blocked and uncommitted < UNCOMMITTED_HIGH // 2:
             self.release_publishers()
 
     def _trim_tail(self) -> None:
         """Drop the oldest in-memory messages beyond TAIL_MAX, only committed ones."""
-        pending = self._pending
-        while pending and pending[0][1].done:
-            pending.popleft()
-        bound = pending[0][0] if pending else self.next_offset
-        keep_from = self.next_offset - TAIL_MAX
-        new_base = min(keep_from, bound)
+        new_base = min(self.next_offset - TAIL_MAX, self.committed_end())
         if new_base > self.tail_base:
             self._drop_tail_before(new_base)
 

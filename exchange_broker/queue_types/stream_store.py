@@ -70,6 +70,14 @@ class StoredLog:
             if self.readers.get(r.consumer) is r:
                 self._pump(r)
 
+    def committed_end(self) -> int:
+        """The offset after the last one whose append is committed (all below it can be read
+        from the store, apart from those retention dropped)."""
+        pending = self._pending
+        while pending and pending[0][1].done:
+            pending.popleft()
+        return pending[0][0] if pending else self.next_offset
+
     def query_offset(self, name: str) -> int | None:
         return self.offsets.get(name)
 
@@ -112,9 +120,9 @@ class StoredLog:
         self.tail_base = self.next_offset
         self.offsets = store.load_offsets(self.vhost, self.name)
         if count:
-            last = store.load_messages(self.store_id, max_seq - 1, 1)
-            if last:
-                self.last_ts = last[0].created_ms
+            last_ms = store.log_last_ms(self.store_id)
+            if last_ms is not None:
+                self.last_ts = last_ms
         segs = [[self.first_offset, 0, 0]]
         total = 0
         if count and (self.max_bytes or self.max_age_ms):

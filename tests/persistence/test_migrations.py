@@ -14,7 +14,7 @@ from persistence.models import Base
 TABLES = {
     "vhosts", "users", "permissions", "exchanges", "queues", "bindings", "messages", "stream_offsets",
     "delayed_messages", "policies", "vhost_limits", "user_limits", "topic_permissions",
-    "cluster_nodes", "queue_leases", "cluster_counters",
+    "cluster_nodes", "queue_leases", "cluster_counters", "stream_chunks",
 }
 
 
@@ -82,3 +82,49 @@ def test_sqlite_file_is_created_in_data_dir(tmp_path):
     store.open()
     store.close()
     assert Path(data_dir / "broker.db").is_file()
+
+
+def test_0007_moves_stream_rows_into_chunks_and_back(db_url, tmp_path, monkeypatch):
+    """A store written before 0007 (a stream's messages as rows of ``messages``, with a gap left
+    by nothing and a classic queue beside it): the upgrade moves the stream's rows into chunks
+    that read back the same, leaves the classic queue's rows alone; the downgrade restores rows."""
+    from pamqp import encode as pencode
+    from sqlalchemy import text
+
+    monkeypatch.chdir(tmp_path)
+    migrate.upgrade(db_url, "0006")
+    stream_args = pencode.field_table({"x-queue-type": "stream"})
+    rows = [{"q": 1, "s": s, "ex": "amq.direct" if s % 3 else "", "rk": f"k{s % 2}",
+             "p": b"\x00\x00", "b": b"m%d" % s, "c": 1000 + s} for s in range(1, 5001)]
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            ins = text("INSERT INTO queues (id, vhost, name, durable, exclusive, auto_delete, "
+                       "arguments, delivered_mark) VALUES (:id, '/', :n, true, false, false, :a, 0)")
+            conn.execute(ins, {"id": 1, "n": "s", "a": stream_args})
+            conn.execute(ins, {"id": 2, "n": "c", "a": b""})
+            put = text("INSERT INTO messages (queue_id, seq, exchange, routing_key, properties, "
+                       "body, created_ms, expires_ms, priority) VALUES (:q, :s, :ex, :rk, :p, :b, :c, "
+                       "NULL, 0)")
+            conn.execute(put, rows)
+            conn.execute(put, [{**r, "q": 2} for r in rows[:10]])
+        migrate.upgrade(db_url)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM messages WHERE queue_id = 1")).scalar() == 0
+            assert conn.execute(text("SELECT count(*) FROM messages WHERE queue_id = 2")).scalar() == 10
+        store = SqlStore(db_url)
+        store.open()
+        try:
+            got = store.read_log(1, 0, 10_000)
+            assert got == [(r["s"], r["ex"], r["rk"], r["p"], r["b"], r["c"]) for r in rows]
+            assert store.find_seq_at_time(1, 3500) == 2500
+            assert store.load_definitions().queues[0]["message_count"] == 5000
+        finally:
+            store.close()
+        migrate.downgrade(db_url, "0006")
+        with engine.connect() as conn:
+            back = conn.execute(text("SELECT seq, body, created_ms FROM messages WHERE queue_id = 1 "
+                                     "ORDER BY seq")).all()
+        assert [(s, bytes(b), c) for s, b, c in back] == [(r["s"], r["b"], r["c"]) for r in rows]
+    finally:
+        engine.dispose()

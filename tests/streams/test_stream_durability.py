@@ -17,12 +17,13 @@ from stream_helpers import STREAM, connect, declare_stream, publish, read
 
 
 def _rows(proc, queue: str) -> tuple[int, int, int]:
-    """(count, min seq, max seq) of the stream's rows in the SQLite store."""
+    """(count, min seq, max seq) of the stream's messages in the SQLite store (its chunks)."""
     db = sqlite3.connect(proc.workdir / "db" / "broker.db")
     try:
         return db.execute(
-            "SELECT count(*), min(seq), max(seq) FROM messages WHERE queue_id = "
-            "(SELECT id FROM queues WHERE vhost = '/' AND name = ?)", (queue,)).fetchone()
+            "SELECT coalesce(sum(count), 0), min(first_seq), max(last_seq) FROM stream_chunks "
+            "WHERE queue_id = (SELECT id FROM queues WHERE vhost = '/' AND name = ?)",
+            (queue,)).fetchone()
     finally:
         db.close()
 

@@ -91,8 +91,10 @@ def store(request, tmp_path):
 
 def test_store_stream_methods(store):
     qid = store.put_queue("/", "s", True, False, False, b"", queue_id=7)
-    store.write_batch([StoredMessage(qid, seq, "", "s", b"\x00\x00", b"b%d" % seq, 1000 + seq // 10 * 10)
-                       for seq in range(1, 101)], [], {})
+    for first in (1, 26, 51, 76):  # four chunks of 25
+        store.append_log(qid, [StoredMessage(qid, seq, "", "s", b"\x00\x00", b"b%d" % seq,
+                                             1000 + seq // 10 * 10) for seq in range(first, first + 25)])
+    assert [r[0] for r in store.read_log(qid, 20, 60)] == list(range(21, 61))
     rows = store.read_log(qid, 10, 15)
     assert [r[0] for r in rows] == [11, 12, 13, 14, 15]
     assert rows[0][1:] == ("", "s", b"\x00\x00", b"b11", 1010)
@@ -104,8 +106,11 @@ def test_store_stream_methods(store):
     sizes = list(store.iter_message_sizes(qid, chunk=7))
     assert len(sizes) == 100 and sizes[0] == (1, 2 + 2, 1000) and sizes[-1][0] == 100
     assert store.log_bytes(qid) == sum(size for _, size, _ in sizes)
-    assert store.delete_messages_upto(qid, 40) == 40
+    assert store.log_last_ms(qid) == 1100
+    assert store.delete_messages_upto(qid, 40) == 40  # one chunk dropped, one cut (written again)
     assert store.read_log(qid, 0, 42) == store.read_log(qid, 40, 42)
+    assert [r[0] for r in store.read_log(qid, 0, 100)] == list(range(41, 101))
+    assert store.log_bytes(qid) == 60 * 2 + sum(len(b"b%d" % s) for s in range(41, 101))
     assert store.find_seq_at_time(qid, 0) == 41
     assert store.find_seq_at_time(qid, 1040) == 41
     store.store_offset("/", "s", "a", 5)
@@ -116,6 +121,7 @@ def test_store_stream_methods(store):
     assert store.load_offsets("/", "s") == {}
     assert store.read_log(qid, 0, 1000) == []
     assert store.find_seq_at_time(qid, 0) is None
+    assert store.log_last_ms(qid) is None
 
 
 # -- commits without fsync (stream appends) ---------------------------------------------------------
@@ -132,16 +138,17 @@ def test_store_unsynced_batch_commits_and_level_is_per_transaction(store):
     rows = [StoredMessage(qid, seq, "", "s", b"\x00\x00", b"m%d" % seq, seq) for seq in range(1, 601)]
     store.write_batch(rows, [], {}, sync=False)
     store.write_batch([StoredMessage(qid, 601, "", "s", b"\x00\x00", b"last", 601)], [], {})
-    store.write_batch([StoredMessage(qid, 602, "", "s", b"\x00\x00", b"x", 602)], [], {}, sync=False)
-    got = store.read_log(qid, 0, 1000)
-    assert [r[0] for r in got] == list(range(1, 603))
-    assert got[299][4] == b"m300" and got[600][4] == b"last"
+    store.write_batch([], [], {}, sync=False, logs={qid: [StoredMessage(qid, 1, "", "s", b"", b"x", 602)]})
+    got = store.load_messages(qid, 0, 1000)
+    assert [r.seq for r in got] == list(range(1, 602))
+    assert got[299].body == b"m300" and got[600].body == b"last"
+    assert [r[4] for r in store.read_log(qid, 0, 10)] == [b"x"]
     # a duplicate anywhere in a multi-row statement fails the whole batch, as an IntegrityError
     bad = [StoredMessage(qid, seq, "", "s", b"", b"", 0) for seq in range(603, 900)] + \
         [StoredMessage(qid, 5, "", "s", b"", b"", 0)]
     with pytest.raises(IntegrityError):
         store.write_batch(bad, [], {}, sync=False)
-    assert len(store.read_log(qid, 0, 1000)) == 602
+    assert len(store.load_messages(qid, 0, 1000)) == 601
     if store._dialect == "sqlite":
         assert levels[:3] == [1, 2, 1]  # NORMAL, FULL, NORMAL
 
@@ -152,9 +159,9 @@ def test_writer_batch_unsynced_only_when_every_submit_allows_it(tmp_path):
     class Recording(SqlStore):
         syncs: list = []
 
-        def write_batch(self, appends, removes, delivered_marks, purges=(), sync=True):
-            self.syncs.append((len(appends), sync))
-            super().write_batch(appends, removes, delivered_marks, purges, sync=sync)
+        def write_batch(self, appends, removes, delivered_marks, purges=(), sync=True, logs=None):
+            self.syncs.append((len(appends), sum(map(len, (logs or {}).values())), sync))
+            super().write_batch(appends, removes, delivered_marks, purges, sync=sync, logs=logs)
 
     store = Recording(f"sqlite:///{tmp_path / 'broker.db'}")
     store.open()
@@ -162,20 +169,23 @@ def test_writer_batch_unsynced_only_when_every_submit_allows_it(tmp_path):
     writer = GroupCommitWriter(store, lambda tokens, error: done.append((tokens, error)))
     try:
         qid = store.put_queue("/", "s", True, False, False, b"", queue_id=4)
+        qid2 = store.put_queue("/", "c", True, False, False, b"", queue_id=5)
 
         def m(seq):
             return StoredMessage(qid, seq, "", "s", b"", b"", seq)
-        # queued before start(): each pair is folded into one batch
-        writer.submit("a", [m(1)], sync=False)
-        writer.submit("b", [m(2)], sync=False)
+        # queued before start(): each pair is folded into one batch; stream appends (logs)
+        # of one queue are joined in order into one chunk
+        writer.submit("a", logs={qid: [m(1)]}, sync=False)
+        writer.submit("b", logs={qid: [m(2)]}, sync=False)
         writer.submit_call("barrier", lambda s: None)
-        writer.submit("c", [m(3)], sync=False)
-        writer.submit("d", [m(4)])
+        writer.submit("c", logs={qid: [m(3)]}, sync=False)
+        writer.submit("d", [StoredMessage(qid2, 1, "", "c", b"", b"", 1)])
         writer.start()
         writer.stop()
+        assert [r[0] for r in store.read_log(qid, 0, 10)] == [1, 2, 3]
     finally:
         store.close()
-    assert store.syncs == [(2, False), (2, True)]
+    assert store.syncs == [(0, 2, False), (1, 1, True)]
     assert [t for tokens, error in done for t in tokens] == ["a", "b", "barrier", "c", "d"]
     assert all(error is None for _, error in done)
 
@@ -204,7 +214,7 @@ def test_stream_fsync_flag_makes_stream_appends_synced(tmp_path):
         for fsync_streams, expected in ((False, False), (True, True)):
             durability = SqlDurability(None, loop, fsync_streams=fsync_streams)
             durability._schedule = lambda: None  # noqa: SLF001 - no writer: look at the batch only
-            durability.append(Queue(), Msg(), False)  # a stream's append
+            durability.append_log(Queue(), Msg())  # a stream's append
             assert durability._sync is expected  # noqa: SLF001
     finally:
         loop.close()
