@@ -2,6 +2,8 @@
 
 A publish is confirmed once every queue it reached has it stored (its durability waiter fired);
 confirms go out in order, acks coalesced into one ``multiple`` ack per flush, a nack at once.
+``unconfirmed`` holds runs of consecutive publishes in one state: ``[first seq, last seq,
+state]`` (0 pending, 1 ack, 2 nack); the publishes waiting on one store batch extend one run.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class ConfirmMethods:
 
     def _confirm_init(self) -> None:
         self.publish_seq = 0
-        self.unconfirmed: deque[list] = deque()   # [seq, state] state: 0 pending, 1 ack, 2 nack
+        self.unconfirmed: deque[list] = deque()   # runs [first, last, state]: 0 pending, 1 ack, 2 nack
         self.ack_upto = 0                          # confirmed contiguously, not yet sent
 
     def _confirm_select(self, m) -> None:
@@ -40,39 +42,51 @@ class ConfirmMethods:
             self.ack_upto = seq
             self.session.want_confirm_flush(self)
         else:
-            self.unconfirmed.append([seq, state])
+            self.unconfirmed.append([seq, seq, state])
             self._drain_confirms()
 
     def _await_store(self, seq: int, waiter) -> None:
         """Publish ``seq`` is confirmed once ``waiter`` (its store batch) fires. The publishes of
-        one batch wait as one group: one callback, one drain, however many they are."""
-        entry = [seq, 0]
-        self.unconfirmed.append(entry)
+        one batch wait as one group: one callback, one drain, and, when nothing came between
+        them, one run of ``unconfirmed``, however many they are."""
+        unconfirmed = self.unconfirmed
         group = self._confirm_group
         if group is not None and group[0] is waiter and not waiter.done:
-            group[1].append(entry)
+            runs = group[1]
+            last = runs[-1]
+            if last[1] == seq - 1 and unconfirmed and unconfirmed[-1] is last:
+                last[1] = seq
+                return
+            entry = [seq, seq, 0]
+            runs.append(entry)
         else:
+            entry = [seq, seq, 0]
             group = self._confirm_group = (waiter, [entry])
             waiter.add(self._confirmed, group)
+        unconfirmed.append(entry)
 
     def _confirmed(self, group: tuple, ok: bool) -> None:
         state = 1 if ok else 2
         for entry in group[1]:
-            entry[1] = state
+            entry[2] = state
         if self._confirm_group is group:
             self._confirm_group = None
         self._drain_confirms()
 
+    def unconfirmed_count(self) -> int:
+        return sum(last - first + 1 for first, last, _state in self.unconfirmed)
+
     def _drain_confirms(self) -> None:
         unconfirmed = self.unconfirmed
         conn = self.session.conn
-        while unconfirmed and unconfirmed[0][1]:
-            seq, state = unconfirmed.popleft()
+        while unconfirmed and unconfirmed[0][2]:
+            first, last, state = unconfirmed.popleft()
             if state == 1:
-                self.ack_upto = seq
+                self.ack_upto = last
             else:
                 self.flush_confirms()
-                conn.send_raw(codec.nack_frame(self.number, seq, False))
+                for seq in range(first, last + 1):
+                    conn.send_raw(codec.nack_frame(self.number, seq, False))
         if self.ack_upto:
             self.session.want_confirm_flush(self)
         self.session.mark_dirty()

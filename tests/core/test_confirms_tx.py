@@ -10,7 +10,10 @@ import aio_pika
 import aiormq.exceptions as amqe
 import pika
 import pytest
+from pamqp import body as pbody
 from pamqp import commands
+from pamqp import frame as pframe
+from pamqp import header as pheader
 from pika.exceptions import ChannelClosedByBroker
 
 from eb_support import RawClient
@@ -327,3 +330,50 @@ def test_transaction_context_manager_aio_pika(broker):
                     raise RuntimeError("rolls back")
             assert await count() == 3
     asyncio.run(main())
+
+
+def test_stored_publishes_mixed_with_at_once_acks_and_nacks_are_confirmed_in_order(spawn_broker, workdir):
+    """Persistent publishes waiting on one store commit, with publishes confirmed at once
+    between them (unroutable: ack; a full reject-publish queue: nack), all in one write: every
+    tag is confirmed exactly once, the nack only for the rejected one, and nothing after a
+    pending publish is confirmed before it."""
+    proc = spawn_broker("--data-dir", str(workdir / "data"))
+    raw = RawClient(proc.port, open_channel=1)
+    try:
+        raw.send(1, commands.Queue.Declare(queue="stored", durable=True))
+        raw.expect(commands.Queue.DeclareOk)
+        raw.send(1, commands.Queue.Declare(queue="full", durable=True, arguments={
+            "x-max-length": 1, "x-overflow": "reject-publish"}))
+        raw.expect(commands.Queue.DeclareOk)
+        raw.publish(1, "", "full", b"fills it")
+        raw.send(1, commands.Confirm.Select())
+        raw.expect(commands.Confirm.SelectOk)
+        persistent = commands.Basic.Properties(delivery_mode=2)
+        plan = ["stored", "stored", "unroutable", "stored", "full", "stored", "stored", "full",
+                "unroutable", "stored"]
+        frames = b""
+        for target in plan:
+            exchange, key = ("amq.direct", "nowhere") if target == "unroutable" else ("", target)
+            body = target.encode()
+            frames += b"".join(pframe.marshal(f, 1) for f in (
+                commands.Basic.Publish(exchange=exchange, routing_key=key),
+                pheader.ContentHeader(0, len(body), persistent), pbody.ContentBody(body)))
+        raw.send_raw(frames)
+        seen = collect_confirms(raw, {1: len(plan)})[1]
+        outcome: dict[int, str] = {}
+        for name, tag, multiple in seen:
+            for t in (range(1, tag + 1) if multiple else (tag,)):
+                if t not in outcome:
+                    outcome[t] = name
+            assert name == "Basic.Ack" or not multiple
+        assert outcome == {i + 1: ("Basic.Nack" if t == "full" else "Basic.Ack")
+                           for i, t in enumerate(plan)}
+        # in order: a confirm never covers a tag beyond one still unconfirmed before it
+        highest = 0
+        for name, tag, multiple in seen:
+            assert tag > highest
+            highest = tag
+        raw.send(1, commands.Queue.Declare(queue="stored", passive=True))
+        assert raw.expect(commands.Queue.DeclareOk).message_count == plan.count("stored")
+    finally:
+        raw.close_connection()
