@@ -9,7 +9,10 @@ For each scenario and each of ``--runs`` runs:
 2. run the scenario's tool against it as a separate process (``--port P --pid PID --json``),
    then stop the broker;
 3. run the same tool against RabbitMQ at ``--rabbit-host:--rabbit-port`` (skipped with a
-   message when unreachable; its Erlang VM, beam.smp, is found with pgrep for /proc readings).
+   message when unreachable; its Erlang VM, beam.smp, is found with pgrep for /proc readings),
+   or with ``--rabbit-private`` against a throwaway RabbitMQ node started for this command
+   (``loadgen/rabbit_node.py``: own node name, free ports, temp dirs, open-files limit
+   ``--rabbit-private-nofile``, 8192), stopped and removed at the end.
 
 Then it prints one table: each scenario's figures for both brokers (medians over the runs) and
 the ratio, which reads the same way in every row: >= 1.00 means this broker is as good as
@@ -39,6 +42,7 @@ Examples::
     python benchmarks/compare.py --scenario persistent --postgres    # + the same on PostgreSQL
     python benchmarks/compare.py --scenario transient,fanout --load-arg=--verify
     python benchmarks/compare.py --scenario persistent -- --sqlite-synchronous NORMAL
+    python benchmarks/compare.py --scenario connections --rabbit-private   # 1,000 on both
 """
 from __future__ import annotations
 
@@ -54,6 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from loadgen.brokers import (PG_ADMIN_URL, STORE_FLAGS, BrokerFailed, OurBroker,  # noqa: E402
                              ThrowawayDatabase, port_open)
+from loadgen import rabbit_node  # noqa: E402
 from loadgen.procs import find_rabbit_pid, safe_connections  # noqa: E402
 from loadgen.report import Metric, median_result, print_table, rows_for  # noqa: E402
 from loadgen.rows import ALIASES, ALL, SCENARIOS, Scenario, tool_args  # noqa: E402
@@ -232,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rabbit-user", default=None, help="default: --user")
     g.add_argument("--rabbit-password", default=None, help="default: --password")
     g.add_argument("--skip-rabbitmq", action="store_true")
+    rabbit_node.add_args(g)
     p.add_argument("--load-arg", action="append", default=[], metavar="ARG",
                    help="extra amqp_load.py argument, repeatable (e.g. --load-arg=--verify)")
     p.add_argument("--json", action="store_true", help="also print every result as JSON")
@@ -271,14 +277,26 @@ def main(argv=None) -> int:
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, _on_term)
 
-    rabbit_up = not opts.skip_rabbitmq and port_open(opts.rabbit_host, opts.rabbit_port, 1.0)
-    if not opts.skip_rabbitmq and not rabbit_up:
-        print(f"RabbitMQ: not reachable at {opts.rabbit_host}:{opts.rabbit_port}, skipped",
-              file=sys.stderr)
-    rabbit_pid = find_rabbit_pid(opts.rabbit_port) if rabbit_up else None
+    if opts.rabbit_private and opts.skip_rabbitmq:
+        print("--rabbit-private and --skip-rabbitmq contradict each other", file=sys.stderr)
+        return 2
+    node = rabbit_node.from_opts(opts) if opts.rabbit_private else None
     rows, results, warnings, labels, rc = [], {}, [], [], 0
     db = None
     try:
+        if node is not None:
+            print("RabbitMQ: starting a private node ...", file=sys.stderr, flush=True)
+            node.start()
+            print(f"RabbitMQ: {node.describe()}", file=sys.stderr, flush=True)
+            opts.rabbit_host, opts.rabbit_port = node.host, node.port
+            warnings.append(f"RabbitMQ: a private node for this run ({node.node}, open files "
+                            f"{node.open_files_limit()}), not the one at 127.0.0.1:5672")
+        rabbit_up = not opts.skip_rabbitmq and port_open(opts.rabbit_host, opts.rabbit_port, 1.0)
+        if not opts.skip_rabbitmq and not rabbit_up:
+            print(f"RabbitMQ: not reachable at {opts.rabbit_host}:{opts.rabbit_port}, skipped",
+                  file=sys.stderr)
+        rabbit_pid = (node.pid if node else find_rabbit_pid(opts.rabbit_port)) \
+            if rabbit_up else None
         if "persistent-pg" in names and not opts.skip_ours:
             try:
                 db = ThrowawayDatabase(opts.postgres_admin_url)
@@ -328,6 +346,9 @@ def main(argv=None) -> int:
     except BrokerFailed as exc:
         print(f"error: our broker did not start: {exc}", file=sys.stderr)
         rc = 2
+    except rabbit_node.RabbitNodeFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        rc = 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         rc = 130
@@ -335,6 +356,8 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # don't interrupt the cleanup
         if db is not None:
             db.drop()
+        if node is not None:
+            node.stop()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return rc
 

@@ -19,12 +19,20 @@ its whole node, which includes anything other clients do meanwhile.
     python benchmarks/many_connections.py                        # 1,000 connections, 10 s
     python benchmarks/many_connections.py --connections 200 --seconds 3
     python benchmarks/many_connections.py --port 5672 --pid $(pgrep -x beam.smp) --json
+    python benchmarks/many_connections.py --rabbit-private   # RabbitMQ: a private node, 1,000
+
+RabbitMQ's open-files limit caps the connections (the same number for both brokers; see
+``loadgen/procs.py safe_connections``). ``--rabbit-private`` measures a throwaway RabbitMQ node
+started for the run instead of the one at --rabbit-host:--rabbit-port: the installed
+rabbitmq-server with ``--rabbit-private-nofile`` (8192) open files, its own node name, free
+ports and temporary directories, stopped and removed at the end (``loadgen/rabbit_node.py``).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import signal
 import sys
 import time
 import uuid
@@ -33,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pamqp import commands  # noqa: E402
 
-from loadgen import standalone  # noqa: E402
+from loadgen import rabbit_node, standalone  # noqa: E402
 from loadgen.client import AMQPError, Connection  # noqa: E402
 from loadgen.procs import (cpu_seconds, find_rabbit_pid, open_files_limit,  # noqa: E402
                            raise_nofile, safe_connections)
@@ -194,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-timeout", type=float, default=10.0,
                    help="seconds to wait for the last deliveries after publishing stops")
     standalone.add_target_args(p)
+    rabbit_node.add_args(p.add_argument_group("a private RabbitMQ node"))
     return p
 
 
@@ -203,13 +212,39 @@ def main(argv=None) -> int:
         print(f"--connections must be >= 1 and --per-second in (0, {1 / TICK:.0f}]",
               file=sys.stderr)
         return 2
-    if not opts.port and not opts.skip_rabbitmq:
-        # the same number of connections on both brokers, within RabbitMQ's open-files limit
-        n, note = safe_connections(find_rabbit_pid(opts.rabbit_port) or 0, opts.connections)
-        if note:
-            print(f"note: RabbitMQ: {note}; both brokers get {n}", file=sys.stderr)
-            opts.connections = n
-    return standalone.run(opts, measure, METRICS, "connections", needs_pid=True)
+    if opts.rabbit_private and (opts.port or opts.skip_rabbitmq):
+        print("--rabbit-private starts the RabbitMQ to compare with: not with --port or "
+              "--skip-rabbitmq", file=sys.stderr)
+        return 2
+    node = rabbit_node.from_opts(opts) if opts.rabbit_private else None
+
+    def _on_term(signum, frame):  # SIGTERM: leave through the finally (the private node)
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        if node is not None:
+            print("[rabbitmq] starting a private node ...", file=sys.stderr, flush=True)
+            node.start()
+        if not opts.port and not opts.skip_rabbitmq:
+            # the same number of connections on both brokers, within RabbitMQ's open-files limit
+            pid = node.pid if node else find_rabbit_pid(opts.rabbit_port)
+            n, note = safe_connections(pid or 0, opts.connections)
+            if note:
+                print(f"note: RabbitMQ: {note}; both brokers get {n}", file=sys.stderr)
+                opts.connections = n
+        return standalone.run(opts, measure, METRICS, "connections", needs_pid=True,
+                              rabbit=node)
+    except rabbit_node.RabbitNodeFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # don't interrupt the cleanup
+        if node is not None:
+            node.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

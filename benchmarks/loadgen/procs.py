@@ -116,4 +116,5 @@ def safe_connections(pid: int, wanted: int) -> tuple[int, str]:
     if wanted <= room:
         return wanted, ""
     return max(1, room), (f"capped at {max(1, room)} connections: the broker process (pid {pid}) "
-                          f"may open {limit} files and already has {open_fds(pid)} open")
+                          f"may open {limit} files and already has {open_fds(pid)} open; "
+                          "--rabbit-private measures a private node with a higher limit")

@@ -49,16 +49,19 @@ def _measure(measure, host, port, pid, opts) -> dict:
         return {"host": host, "port": port, "error": str(exc) or type(exc).__name__}
 
 
-def run(opts, measure, metrics: list[Metric], scenario: str, needs_pid: bool = False) -> int:
-    """Parse-free driver: ``measure(host, port, pid, opts)`` is the tool's coroutine."""
+def run(opts, measure, metrics: list[Metric], scenario: str, needs_pid: bool = False,
+        rabbit=None) -> int:
+    """Parse-free driver: ``measure(host, port, pid, opts)`` is the tool's coroutine. ``rabbit``
+    (a started ``rabbit_node.PrivateRabbit``) is measured instead of --rabbit-host:--rabbit-port;
+    the caller stops it."""
     try:
-        return _run(opts, measure, metrics, scenario, needs_pid)
+        return _run(opts, measure, metrics, scenario, needs_pid, rabbit)
     except KeyboardInterrupt:  # our broker is stopped on the way out
         print("interrupted", file=sys.stderr)
         return 130
 
 
-def _run(opts, measure, metrics, scenario, needs_pid) -> int:
+def _run(opts, measure, metrics, scenario, needs_pid, private=None) -> int:
     if opts.port:
         pid = opts.pid or (find_rabbit_pid(opts.port) if needs_pid else 0)
         if needs_pid and not pid:
@@ -86,7 +89,14 @@ def _run(opts, measure, metrics, scenario, needs_pid) -> int:
             print(f"[ours] {exc}", file=sys.stderr)
         finally:
             broker.stop()
-    if not opts.skip_rabbitmq:
+    if private is not None:
+        print(f"[rabbitmq] {private.describe()}", file=sys.stderr, flush=True)
+        rabbit = _measure(measure, private.host, private.port, private.pid if needs_pid else 0,
+                          opts)
+        rabbit["private_node"] = private.node
+        if "error" in rabbit:
+            print(f"[rabbitmq] error: {rabbit['error']}\n{private.log_tail()}", file=sys.stderr)
+    elif not opts.skip_rabbitmq:
         if port_open(opts.rabbit_host, opts.rabbit_port, 1.0):
             pid = find_rabbit_pid(opts.rabbit_port) if needs_pid else 0
             if needs_pid and not pid:
