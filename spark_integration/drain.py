@@ -111,7 +111,7 @@ class _Source:
         if not got:
             return None
         table = to_table(got, self.queue, batch_rows=self.batch_rows)
-        chunk = _Chunk(self.index, table, max(d.delivery_tag for d in got), len(got),
+        chunk = _Chunk(self.index, table, max(got.tags), len(got),
                        time.perf_counter() - t0)
         self.fetched += len(got)
         self.index += 1

@@ -31,7 +31,7 @@ import time
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from .amqp import AMQPError, ChannelClosed, Connection, ConnectionClosed
+from .amqp import AMQPError, ChannelClosed, Connection, ConnectionClosed, DeliveryBatch
 from .failover import connect_retrying
 from .options import SourceOptions
 from .reader import QueueNotFound, declare_passive
@@ -154,10 +154,10 @@ class HeldBatches:
         idle = self.opts.idle(streaming=True)
         wait = idle if first_wait is None else first_wait
         deadline = time.monotonic() + wait + 3 * idle + 0.5  # a trickle must not hold the trigger
-        got: list = []
+        got = DeliveryBatch()
         try:
             while len(got) < limit and time.monotonic() < deadline:
-                more = conn.take(limit - len(got), wait if not got else idle)
+                more = conn.take_batch(limit - len(got), wait if not got else idle)
                 if not more:
                     break
                 got.extend(more)
@@ -170,18 +170,18 @@ class HeldBatches:
             # trigger reconnects (to another node when the url lists several)
             log.warning("AMQP connection lost while fetching (%s); reconnecting at the next "
                         "trigger", exc)
-            got = []
+            got = DeliveryBatch()
         if not got:
             return 0
         rows = got
         if self.dedupe is not None:
-            rows, dropped = self.dedupe.filter(got)
+            rows, dropped = self.dedupe.filter(got.rows())
             self.dropped += dropped
         table = to_table(rows, self.opts.queue) if rows else arrow_schema().empty_table()
         end = start + len(got)
         if self.dedupe is not None:
             self.dedupe.record(start, end, table)
-        self.held[end] = (start, got[-1].delivery_tag, table)
+        self.held[end] = (start, got.last_tag, table)
         return len(got)
 
     def held_from(self, start: int) -> int | None:

@@ -8,7 +8,8 @@ queue when the channel or connection closes, as the AMQP spec says.
 One channel (1), PLAIN auth, optional TLS, a heartbeat thread (the connection stays alive
 while the caller is busy, e.g. a long Spark write with deliveries held unacked), declare,
 qos/consume/cancel/ack; publishing with confirms and returns is in ``publishing.py``.
-Deliveries are parsed with ``struct`` straight out of the receive buffer; pamqp does the rest.
+Deliveries are parsed by ``frames.parse_frames`` straight out of the receive buffer; pamqp does
+the rest.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import time
 
 from pamqp import commands, frame as pframe, header as pheader
 
-from .codec import (ACK, CONTENT_HDR, EMPTY_PROPERTIES, FRAME_BODY, FRAME_END, FRAME_HEADER,
-                    FRAME_METHOD, HDR, HEARTBEAT, MAX_PREFETCH, TAG_BIT, U32, Delivery,
-                    decode_properties, shortstr)
+from .batch import STRIDE, DeliveryBatch
+from .codec import ACK, FRAME_END, FRAME_METHOD, HEARTBEAT, MAX_PREFETCH, TAG_BIT, U32, Delivery
+from .frames import parse_frames
 from .errors import AMQPError, ChannelClosed, ConnectionClosed, ConnectionFailed, ConsumerCancelled
 from .params import ConnectionParams
 from .publishing import Publishing
@@ -32,8 +33,8 @@ from .queues import QueueMethods
 __all__ = ["Connection"]
 
 SEND_TIMEOUT = 120.0  # a broker that takes nothing for this long is treated as dead
+RECV_SIZE = 1 << 20   # bytes asked of one recv(): fewer, larger reads to parse
 
-_M_DELIVER = (60 << 16) | 60
 _M_ACK = (60 << 16) | 80
 _M_NACK = (60 << 16) | 120
 _M_RETURN = (60 << 16) | 50
@@ -47,9 +48,11 @@ class Connection(QueueMethods, Publishing):
         self.client_name = client_name
         self.node: tuple[str, int] = (params.host, params.port)   # the node we are connected to
         self._sock: socket.socket | None = None
-        self._buf = bytearray()
-        self._deliveries: list[Delivery] = []
-        self._dpos = 0                       # index of the next undelivered entry in _deliveries
+        self._rest = b""                     # received bytes not parsed yet (a partial frame)
+        self._ctag_cache: dict[bytes, str] = {}          # raw consumer tag -> str
+        self._name_cache: dict[bytes, tuple[str, str]] = {}  # raw exchange+key -> strs
+        self._deliveries: list = []          # flat columns, STRIDE entries a delivery (batch.py)
+        self._dpos = 0                       # where the next undelivered one starts in it
         # delivery being assembled: [tag, redelivered, exchange, rkey, props, left, chunks, ctag]
         self._partial: list | None = None
         self._replies: list = []             # cold method frames received on channel 1 / 0
@@ -201,7 +204,7 @@ class Connection(QueueMethods, Publishing):
                     if self.heartbeat and time.monotonic() - self._last_recv > 2.5 * self.heartbeat:
                         raise self._fail(ConnectionClosed("missed heartbeats from the broker"))
                     return False
-            data = sock.recv(262144)
+            data = sock.recv(RECV_SIZE)
         except (socket.timeout, BlockingIOError, ssl.SSLWantReadError):
             return False
         except OSError as exc:
@@ -209,74 +212,13 @@ class Connection(QueueMethods, Publishing):
         if not data:
             raise self._fail(ConnectionClosed("connection closed by the broker (socket EOF)"))
         self._last_recv = time.monotonic()
-        self._buf += data
-        self._parse()
+        self._parse(data)
         return True
 
-    def _parse(self) -> None:
-        buf = self._buf
-        view = memoryview(buf)           # body bytes are copied once, straight from the buffer
-        try:
-            pos = self._parse_frames(buf, view)
-        finally:
-            view.release()
-        if pos:
-            del buf[:pos]
-
-    def _parse_frames(self, buf: bytearray, view: memoryview) -> int:
-        n = len(buf)
-        pos = 0
-        unpack_hdr = HDR.unpack_from
-        deliveries = self._deliveries
-        while n - pos >= 8:
-            ftype, channel, size = unpack_hdr(buf, pos)
-            end = pos + 7 + size
-            if end >= n:
-                break
-            if buf[end] != FRAME_END:
-                raise self._fail(ConnectionClosed("protocol error: bad frame end"))
-            start = pos + 7
-            if ftype == FRAME_BODY:
-                part = self._partial
-                if part is None:                 # (content of a basic.return is dropped)
-                    pass
-                elif size == part[5] and not part[6]:      # the whole body in one frame
-                    self._partial = None
-                    deliveries.append(Delivery(part[0], part[1], part[2], part[3], part[4],
-                                               bytes(view[start:end]), part[7]))
-                else:
-                    chunk = bytes(view[start:end])
-                    part[6].append(chunk)
-                    part[5] -= len(chunk)
-                    if part[5] <= 0:
-                        self._complete()
-            elif ftype == FRAME_METHOD:
-                if U32.unpack_from(buf, start)[0] == _M_DELIVER:
-                    p = start + 4
-                    ctag, p = shortstr(buf, p)
-                    tag, bits = TAG_BIT.unpack_from(buf, p)
-                    p += 9
-                    exchange, p = shortstr(buf, p)
-                    rkey, p = shortstr(buf, p)
-                    self._partial = [tag, bool(bits & 1), exchange, rkey, None, 0, [], ctag]
-                else:
-                    self._on_method(channel, bytes(buf[pos:end + 1]))
-            elif ftype == FRAME_HEADER:
-                _cls, _w, body_size, flags = CONTENT_HDR.unpack_from(buf, start)
-                part = self._partial
-                if part is not None:
-                    part[4] = decode_properties(buf, start + 14, flags) if flags else EMPTY_PROPERTIES
-                    part[5] = body_size
-                    if body_size == 0:
-                        self._complete()
-            pos = end + 1
-        return pos
-
-    def _complete(self) -> None:
-        tag, redelivered, exchange, rkey, props, _left, chunks, ctag = self._partial
-        self._partial = None
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._deliveries.append(Delivery(tag, redelivered, exchange, rkey, props, body, ctag))
+    def _parse(self, data: bytes) -> None:
+        buf = self._rest + data if self._rest else data
+        pos = parse_frames(self, buf)
+        self._rest = buf[pos:] if pos < len(buf) else b""
 
     def _on_method(self, channel: int, raw: bytes) -> None:
         cm = U32.unpack_from(raw, 7)[0]
@@ -388,11 +330,11 @@ class Connection(QueueMethods, Publishing):
         return self.queue_declare(queue, passive=True)[1]
 
     def pending(self) -> int:
-        return len(self._deliveries) - self._dpos
+        return (len(self._deliveries) - self._dpos) // STRIDE
 
-    def take(self, max_n: int, timeout: float | None) -> list[Delivery]:
-        """Up to ``max_n`` deliveries.  Waits at most ``timeout`` s for the first one; once some
-        are available, returns what has arrived (reading whatever is already in the socket)."""
+    def _wait_for(self, max_n: int, timeout: float | None) -> None:
+        """Read until ``max_n`` deliveries are pending, or (once some are) until the socket has
+        nothing more right now, or ``timeout`` s passed without any."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.pending() < max_n:
             if self.pending() == 0:
@@ -405,31 +347,48 @@ class Connection(QueueMethods, Publishing):
             else:
                 if not self._recv(0):  # drain what is already buffered, don't wait
                     break
+
+    def take(self, max_n: int, timeout: float | None) -> list[Delivery]:
+        """Up to ``max_n`` deliveries.  Waits at most ``timeout`` s for the first one; once some
+        are available, returns what has arrived (reading whatever is already in the socket)."""
+        return self.take_batch(max_n, timeout).rows()
+
+    def take_batch(self, max_n: int, timeout: float | None) -> DeliveryBatch:
+        """``take`` as columns (``DeliveryBatch``): the readers' hot path."""
+        self._wait_for(max_n, timeout)
         return self._pop(max_n)
 
     def take_exactly(self, n: int, idle_timeout: float) -> list[Delivery]:
         """Collect ``n`` deliveries, or fewer if none arrives for ``idle_timeout`` s."""
-        out: list[Delivery] = []
+        return self.take_batch_exactly(n, idle_timeout).rows()
+
+    def take_batch_exactly(self, n: int, idle_timeout: float) -> DeliveryBatch:
+        """``take_exactly`` as columns."""
+        out = DeliveryBatch()
         while len(out) < n:
-            got = self.take(n - len(out), idle_timeout)
+            got = self.take_batch(n - len(out), idle_timeout)
             if not got:
                 break
             out.extend(got)
         return out
 
-    def _pop(self, max_n: int) -> list[Delivery]:
+    def _pop(self, max_n: int) -> DeliveryBatch:
         start = self._dpos
-        stop = min(len(self._deliveries), start + max_n)
-        out = self._deliveries[start:stop]
-        if stop >= len(self._deliveries):
+        flat = self._deliveries
+        stop = min(len(flat), start + max_n * STRIDE)
+        if start == 0 and stop >= len(flat):
+            self._deliveries = []
+            return DeliveryBatch(flat)
+        out = flat[start:stop]
+        if stop >= len(flat):
             self._deliveries = []
             self._dpos = 0
         else:
             self._dpos = stop
-            if stop > 65536:
-                del self._deliveries[:stop]
+            if stop > 65536 * STRIDE:
+                del flat[:stop]
                 self._dpos = 0
-        return out
+        return DeliveryBatch(out)
 
     def _raise_if_cancelled(self) -> None:
         live = [t for t in self.consumer_tags if t not in self.cancelled]

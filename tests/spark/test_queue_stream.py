@@ -240,6 +240,11 @@ def test_node_dies_under_the_driver_connection(spark, amqp_url, amqp, classic_qu
         written = lambda: {r.body for r in spark.read.schema(spark_schema()).parquet(out)  # noqa: E731
                            .select("body").collect()}
         wait_for(lambda: written() == set(bodies(30)), "every message in the output", 180, 0.5)
+        # batch 0 comes back redelivered, but not necessarily before the later messages: the
+        # broker may requeue it after the new connection's consumer took those
+        redelivered = lambda: any(r.redelivered for r in spark.read.schema(spark_schema())  # noqa: E731
+                                  .parquet(out).select("redelivered").collect())
+        wait_for(redelivered, "batch 0 in the output again, redelivered", 180, 0.5)
         wait_for(lambda: amqp.depth(classic_queue) == 0, "the queue to be drained")
     finally:
         q.stop()
