@@ -35,14 +35,27 @@ def add_common_args(ap, count: int) -> None:
     ap.add_argument("--json", action="store_true")
 
 
+ADMIN_URLS: dict[str, str] = {}  # AMQP url of a broker started here -> its admin API's URL
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def start_broker(tmp: str, durable: bool = False) -> tuple[subprocess.Popen, str]:
     """``python -m exchange_broker serve`` on a free port (in memory, or with a data dir when
-    ``durable``: stream queues keep their log there)."""
+    ``durable``: stream queues keep their log there), its admin API on another free port
+    (``ADMIN_URLS``)."""
     port_file = os.path.join(tmp, "port")
     store = (["--data-dir", os.path.join(tmp, "data")] if durable else ["--in-memory"])
+    admin = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "exchange_broker", "serve", *store, "--host", "127.0.0.1",
-         "--port", "0", "--port-file", port_file, "--admin-port", "0", "--log-level", "WARNING"],
+         "--port", "0", "--port-file", port_file, "--admin-host", "127.0.0.1",
+         "--admin-port", str(admin), "--log-level", "WARNING"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while not (os.path.exists(port_file) and open(port_file).read().strip()):
@@ -53,7 +66,9 @@ def start_broker(tmp: str, durable: bool = False) -> tuple[subprocess.Popen, str
             raise RuntimeError("broker did not start")
         time.sleep(0.05)
     port = int(open(port_file).read().strip())
-    return proc, f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    ADMIN_URLS[url] = f"http://127.0.0.1:{admin}"
+    return proc, url
 
 
 def stop_broker(proc) -> None:

@@ -12,6 +12,7 @@ from typing import Mapping
 from .amqp import ConnectionParams
 
 QUEUE_TYPES = ("auto", "classic", "quorum", "stream")
+STREAM_READS = ("auto", "chunks", "amqp")
 ACK_MODES = ("peek", "onread")
 DEDUPE_MODES = ("none", "messageid")
 
@@ -20,7 +21,10 @@ KNOWN_OPTIONS = {
     "url": "amqp[s]://user:pass@host:port/vhost (required)",
     "queue": "queue name (required)",
     "queuetype": "auto | classic | quorum | stream (default auto)",
-    "adminurl": "HTTP base URL of the broker's management API, used by queueType=auto",
+    "adminurl": "HTTP base URL of the broker's management API, used by queueType=auto and "
+                "to read stream ranges as stored chunks (streamRead)",
+    "streamread": "stream queues: auto (default: the store's chunks through adminUrl when the "
+                  "broker serves them, else AMQP) | chunks | amqp",
     "ackmode": "classic queues, batch: peek (default, nothing acked) | onRead",
     "maxmessages": "classic queues, batch: read at most this many messages",
     "numpartitions": "number of Spark partitions / parallel consumers (default 1)",
@@ -142,6 +146,7 @@ class SourceOptions:
     read_timeout: float = 30.0
     probe_timeout: float = 2.0
     reconnect_timeout: float = 30.0
+    stream_read: str = "auto"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -180,6 +185,13 @@ class SourceOptions:
                 if key in opts:
                     raise ValueError(f"amqp data source: option '{key}' only applies to "
                                      f"classic/quorum queues (a stream is replayed by offset)")
+        stream_read = str(opts.get("streamread", "auto")).strip().lower()
+        if stream_read not in STREAM_READS:
+            raise ValueError(f"amqp data source: option 'streamRead' must be auto, chunks or amqp, "
+                             f"got {opts['streamread']!r}")
+        if stream_read == "chunks" and not opts.get("adminurl"):
+            raise ValueError("amqp data source: streamRead=chunks needs option 'adminUrl' (the "
+                             "broker's admin API, e.g. http://host:15672)")
         if qtype == "stream" and "ackmode" in opts:
             raise ValueError("amqp data source: option 'ackMode' only applies to classic/quorum "
                              "queues (reading a stream never removes messages)")
@@ -203,6 +215,7 @@ class SourceOptions:
             read_timeout=_int(opts, "readtimeoutms", 30000) / 1000.0,
             probe_timeout=_int(opts, "probetimeoutms", 2000) / 1000.0,
             reconnect_timeout=_int(opts, "reconnecttimeoutms", 30000, minimum=0) / 1000.0,
+            stream_read=stream_read,
         )
 
     def idle(self, streaming: bool = False) -> float:

@@ -15,6 +15,7 @@ Stream queues
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import time
@@ -24,10 +25,11 @@ import urllib.request
 from base64 import b64encode
 from typing import Iterator, NamedTuple
 
+from .chunk_reader import ChunksUnavailable, read_chunks
 from .failover import connect_retrying
 from .amqp import (MAX_PREFETCH, AMQPError, ChannelClosed, Connection, ConnectionClosed,
-                   ConnectionParams, Delivery)
-from .rows import stream_offset, to_record_batch
+                   ConnectionParams, Delivery, DeliveryBatch)
+from .rows import batch_to_record_batch, stream_offset, to_record_batch
 
 log = logging.getLogger(__name__)
 
@@ -121,17 +123,32 @@ def inspect_queue(params: ConnectionParams, queue: str, queue_type: str = "auto"
 
 
 # ---------------------------------------------------------------------------- batching
-def batches(deliveries: list[Delivery], queue: str, stream: bool, batch_rows: int):
+def batches(deliveries: list[Delivery] | DeliveryBatch, queue: str, stream: bool,
+            batch_rows: int):
     """Split into Arrow batches of at most batch_rows rows / MAX_BATCH_BYTES body bytes."""
-    start = 0
-    size = 0
-    for i, d in enumerate(deliveries):
-        size += len(d.body)
+    if isinstance(deliveries, DeliveryBatch):
+        for a, b in _cuts(list(map(len, deliveries.bodies)), batch_rows):
+            yield batch_to_record_batch(deliveries.slice(a, b), queue, stream)
+        return
+    for a, b in _cuts([len(d.body) for d in deliveries], batch_rows):
+        yield to_record_batch(deliveries[a:b], queue, stream)
+
+
+def _cuts(sizes: list[int], batch_rows: int) -> list[tuple[int, int]]:
+    """[start, stop) of each batch, given the body sizes."""
+    n = len(sizes)
+    if sum(sizes) < MAX_BATCH_BYTES:
+        return [(a, min(a + batch_rows, n)) for a in range(0, n, batch_rows)]
+    out = []
+    start = size = 0
+    for i, s in enumerate(sizes):
+        size += s
         if i + 1 - start >= batch_rows or size >= MAX_BATCH_BYTES:
-            yield to_record_batch(deliveries[start:i + 1], queue, stream)
+            out.append((start, i + 1))
             start, size = i + 1, 0
-    if start < len(deliveries):
-        yield to_record_batch(deliveries[start:], queue, stream)
+    if start < n:
+        out.append((start, n))
+    return out
 
 
 # ---------------------------------------------------------------------------- classic queues
@@ -144,19 +161,20 @@ def plan_budgets(ready: int, max_messages: int | None, num_partitions: int) -> l
 
 
 def fetch_round(conn: Connection, queue: str, want: int, idle_timeout: float,
-                expect: int | None = None) -> list[Delivery]:
+                expect: int | None = None) -> DeliveryBatch:
     """One round: consume with at most ``want`` unacked, collect, cancel.
 
     Returns every delivery received before cancel-ok (never more than ``want``).  Collection
     stops at ``expect`` deliveries (default ``want``) or after ``idle_timeout`` without one.
     """
     if want <= 0:
-        return []
+        return DeliveryBatch()
     conn.consume_limited(queue, want)
-    got = conn.take_exactly(min(want, expect if expect is not None else want), idle_timeout)
+    got = conn.take_batch_exactly(min(want, expect if expect is not None else want),
+                                  idle_timeout)
     conn.cancel_all()
     if len(got) < want:  # stragglers that arrived before cancel-ok
-        got.extend(conn.take(want - len(got), 0))
+        got.extend(conn.take_batch(want - len(got), 0))
     return got
 
 
@@ -179,7 +197,7 @@ def read_classic(params: ConnectionParams, queue: str, budget: int, ack_mode: st
             conn.consume_limited(queue, budget)
             taken = 0
             while taken < budget:
-                got = conn.take_exactly(min(batch_rows, budget - taken), idle_timeout)
+                got = conn.take_batch_exactly(min(batch_rows, budget - taken), idle_timeout)
                 if not got:
                     break
                 taken += len(got)
@@ -192,7 +210,7 @@ def read_classic(params: ConnectionParams, queue: str, budget: int, ack_mode: st
                     break
                 taken += len(got)
                 yield from batches(got, queue, False, batch_rows)
-                conn.basic_ack(max(d.delivery_tag for d in got), multiple=True)
+                conn.basic_ack(max(got.tags), multiple=True)
                 conn.sync(queue)
     except GeneratorExit:
         conn.abort()   # Spark stopped early: whatever was not acked goes back
@@ -275,6 +293,60 @@ def split_range(start: int, end: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
+def _data_lost(queue: str, start: int, first: int, fail: bool) -> None:
+    """Offsets [start, first) were truncated by retention: DataLossError, or a warning."""
+    msg = f"stream '{queue}': offsets [{start}, {first}) are no longer available (retention?)"
+    if fail:
+        raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+    log.warning(msg)
+
+
+def read_stream(opts, start: int, end: int, prefer: int = 0) -> Iterator:
+    """A partition's offsets [start, end) of a stream (``opts``: the source's options): from the
+    store's chunks through the admin API when ``streamRead`` allows it (``chunk_reader.py``),
+    what they do not cover (yet) and everything else over AMQP (``read_stream_range``)."""
+    def over_amqp(a: int):
+        return read_stream_range(opts.params, opts.queue, a, end, opts.batch_size,
+                                 opts.read_timeout, opts.fail_on_data_loss, prefer=prefer,
+                                 reconnect_timeout=opts.reconnect_timeout)
+    if end <= start:
+        return
+    if opts.stream_read == "amqp" or not opts.admin_url:
+        yield from over_amqp(start)
+        return
+    parts = read_chunks(opts.admin_url, opts.params, opts.queue, start, end, opts.batch_size,
+                        opts.read_timeout)
+    try:
+        covered_from, covered_to = next(parts)
+    except ChunksUnavailable as exc:
+        if opts.stream_read == "chunks":
+            raise
+        log.info("stream '%s': %s; reading over AMQP", opts.queue, exc)
+        yield from over_amqp(start)
+        return
+    if covered_from > start:
+        _data_lost(opts.queue, start, covered_from, opts.fail_on_data_loss)
+    resume = max(covered_from, start)  # the next offset to yield
+    try:
+        for got in parts:
+            if isinstance(got, DeliveryBatch):
+                last = got.offsets[-1]
+                yield from batches(got, opts.queue, True, opts.batch_size)
+            else:
+                last = got.column("offset")[-1].as_py()
+                yield got
+            resume = last + 1
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        # the admin API's node died or the answer broke off: the rest over AMQP, which tries
+        # the url's nodes (a cluster failing over)
+        log.warning("stream '%s': reading chunks stopped at offset %d (%s); the rest over AMQP",
+                    opts.queue, resume, exc)
+        yield from over_amqp(resume)
+        return
+    if covered_to < end:  # published, not committed when asked: over AMQP
+        yield from over_amqp(max(covered_to, resume))
+
+
 def read_stream_range(params: ConnectionParams, queue: str, start: int, end: int,
                       batch_rows: int = 10000, read_timeout: float = 30.0,
                       fail_on_data_loss: bool = True, prefer: int = 0,
@@ -326,11 +398,12 @@ def read_stream_range(params: ConnectionParams, queue: str, start: int, end: int
 
 class _RangeState:
     """Progress of a range read, kept across reconnections."""
-    __slots__ = ("resume", "rows")
+    __slots__ = ("resume", "rows", "last")
 
     def __init__(self, start: int) -> None:
         self.resume = start                   # next offset to keep
-        self.rows: list[Delivery] = []        # kept, not yielded yet
+        self.last: int | None = None          # last offset received
+        self.rows = DeliveryBatch()           # kept, not yielded yet
 
 
 def _read_from(conn: Connection, queue: str, state: _RangeState, end: int, batch_rows: int,
@@ -340,38 +413,54 @@ def _read_from(conn: Connection, queue: str, state: _RangeState, end: int, batch
     first = True
     last = None
     start = state.resume
-    rows = state.rows
     while state.resume < end:
-        got = conn.take(credit, read_timeout)
+        got = conn.take_batch(credit, read_timeout)
         if not got:
             raise TimeoutError(
                 f"stream '{queue}': no delivery for {read_timeout:.0f}s while reading offsets "
                 f"[{start}, {end}) (last offset seen: {last}); were they removed by retention?")
-        for d in got:
-            off = stream_offset(d.properties.headers)
-            if off is None:
-                raise AMQPError(f"queue '{queue}' is not a stream queue (delivery without "
-                                f"x-stream-offset header)")
-            if first:
-                first = False
-                if off > start:
-                    msg = (f"stream '{queue}': offsets [{start}, {off}) are no longer "
-                           f"available (retention?)")
-                    if fail_on_data_loss:
-                        raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
-                    log.warning(msg)
-            last = off
-            if off < state.resume:
-                continue
-            if off >= end:
-                state.resume = end
-                break
-            rows.append(d)
-            state.resume = off + 1
-            if state.resume >= end:
-                break
-        conn.basic_ack(got[-1].delivery_tag, multiple=True)  # stream credit
-        if len(rows) >= batch_rows:
-            state.rows = []
+        offsets = got.offsets
+        if None in offsets:
+            raise AMQPError(f"queue '{queue}' is not a stream queue (delivery without "
+                            f"x-stream-offset header)")
+        if first:
+            first = False
+            if offsets[0] > start:
+                _data_lost(queue, start, offsets[0], fail_on_data_loss)
+        _keep(got, offsets, state, end)
+        last = state.last
+        conn.basic_ack(got.last_tag, multiple=True)  # stream credit
+        if len(state.rows) >= batch_rows:
+            rows, state.rows = state.rows, DeliveryBatch()
             yield from batches(rows, queue, True, batch_rows)
-            rows = state.rows
+
+
+def _keep(got: DeliveryBatch, offsets: list[int], state: _RangeState, end: int) -> None:
+    """Add to ``state.rows`` the deliveries with offsets in [state.resume, end), in order;
+    ignore the ones below (a stream may start at the beginning of a chunk) and stop at
+    ``end``."""
+    n = len(offsets)
+    state.last = offsets[-1]
+    lo, resume = offsets[0], state.resume
+    if offsets == list(range(lo, lo + n)):      # consecutive offsets: the usual case
+        a = min(max(resume - lo, 0), n)
+        b = min(max(end - lo, 0), n)
+        if b > a:
+            state.rows.extend(got.slice(a, b))
+            state.resume = lo + b
+        if b < n:
+            state.resume = end
+        return
+    keep = []
+    for i, off in enumerate(offsets):
+        if off < state.resume:
+            continue
+        if off >= end:
+            state.resume = end
+            break
+        keep.append(i)
+        state.resume = off + 1
+        if state.resume >= end:
+            break
+    for i in keep:
+        state.rows.extend(got.slice(i, i + 1))

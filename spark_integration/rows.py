@@ -25,7 +25,8 @@ import json
 import math
 from typing import Any, Iterable, Sequence
 
-from .amqp import EMPTY_PROPERTIES, Delivery
+from .amqp import EMPTY_PROPERTIES, Delivery, DeliveryBatch
+from .amqp.batch import offset_properties
 
 COLUMNS = ("body", "queue", "exchange", "routing_key", "delivery_tag", "redelivered", "offset",
            "timestamp", "headers", "properties")
@@ -220,28 +221,97 @@ def _headers_array(header_col: list):
                                    pa.array(values, type=pa.string()), mask=mask)
 
 
+_ARANGE = None
+
+
+def _arange(n: int):
+    """int32 [0, 1, ..., n] (a slice of a cached array)."""
+    global _ARANGE
+    import pyarrow as pa
+    if _ARANGE is None or len(_ARANGE) <= n:
+        _ARANGE = pa.array(list(range(max(n + 1, 65537))), type=pa.int32())
+    return _ARANGE.slice(0, n + 1)
+
+
+def _strings(values: list, n: int):
+    """A string column; one value repeated (the usual exchange, routing key) costs nothing."""
+    import pyarrow as pa
+    if values.count(values[0]) == n:
+        return pa.repeat(pa.scalar(values[0], pa.string()), n)
+    return pa.array(values, type=pa.string())
+
+
+def _offset_headers(offsets: list):
+    """map<string,string> of stream deliveries whose only header is x-stream-offset."""
+    import pyarrow as pa
+    n = len(offsets)
+    return pa.MapArray.from_arrays(_arange(n), pa.repeat(pa.scalar(STREAM_OFFSET_HEADER), n),
+                                   pa.array(offsets, type=pa.int64()).cast(pa.string()))
+
+
+def plain_stream_batch(bodies, exchanges, rkeys, first_tag: int, offsets: list[int], queue: str):
+    """Stream rows of messages that had no properties (their only header is x-stream-offset),
+    with the bodies, exchanges and routing keys already as Arrow arrays (chunk_reader.py)."""
+    n = len(offsets)
+    return _record_batch(n, queue, True, bodies, exchanges, rkeys,
+                         list(range(first_tag, first_tag + n)), [False] * n, [None] * n, offsets)
+
+
 def to_record_batch(deliveries: Sequence[Delivery], queue: str, stream: bool = False):
     """Build one Arrow RecordBatch (columnar, one pass per column) from deliveries."""
     import pyarrow as pa
-    schema = arrow_schema()
     n = len(deliveries)
     if n == 0:
-        return pa.RecordBatch.from_pylist([], schema=schema)
-    props = [d[4] for d in deliveries]
-    no_props = props.count(EMPTY_PROPERTIES) == n if n else True
+        return pa.RecordBatch.from_pylist([], schema=arrow_schema())
+    tags, redelivered, exchanges, rkeys, props, bodies, _ctags = map(list, zip(*deliveries))
+    return _record_batch(n, queue, stream, bodies, _strings(exchanges, n), _strings(rkeys, n),
+                         tags, redelivered, props, None)
+
+
+def batch_to_record_batch(batch: DeliveryBatch, queue: str, stream: bool = False):
+    """``to_record_batch`` for deliveries kept as columns (what the readers use)."""
+    import pyarrow as pa
+    n = len(batch)
+    if n == 0:
+        return pa.RecordBatch.from_pylist([], schema=arrow_schema())
+    names = batch.names
+    if names.count(names[0]) == n:
+        exchanges = pa.repeat(pa.scalar(names[0][0], pa.string()), n)
+        rkeys = pa.repeat(pa.scalar(names[0][1], pa.string()), n)
+    else:
+        exchanges = pa.array([x[0] for x in names], type=pa.string())
+        rkeys = pa.array([x[1] for x in names], type=pa.string())
+    return _record_batch(n, queue, stream, batch.bodies, exchanges, rkeys, batch.tags,
+                         batch.redelivered, batch.raw_properties, batch.offsets)
+
+
+def _record_batch(n, queue, stream, bodies, exchanges, rkeys, tags, redelivered, props, offsets):
+    """``props``: Properties per delivery, or None where a delivery has none other than the
+    ``x-stream-offset`` header, whose value ``offsets`` holds (None: rows, offsets unknown)."""
+    import pyarrow as pa
+    schema = arrow_schema()
     headers_type = schema.field("headers").type
     ts_type = schema.field("timestamp").type
     prop_type = schema.field("properties").type
-    offsets = None
-    if no_props:
-        headers = pa.nulls(n, type=headers_type)
+    trivial = props.count(None) if offsets is not None else 0
+    if trivial == n or props.count(EMPTY_PROPERTIES) == n:
+        if offsets is None or offsets.count(None) == n:
+            headers = pa.nulls(n, type=headers_type)
+            offsets = None
+        elif None not in offsets:
+            headers = _offset_headers(offsets)
+        else:
+            headers = _headers_array([None if o is None else {STREAM_OFFSET_HEADER: o}
+                                      for o in offsets])
         timestamps = pa.nulls(n, type=ts_type)
         prop_arrays = [pa.nulls(n, type=prop_type.field(f).type) for f in PROPERTY_FIELDS]
     else:
+        if trivial:
+            props = [offset_properties(o) if p is None else p for p, o in zip(props, offsets)]
         header_col = [p[2] for p in props]
         if header_col.count(None) != n:
             headers = _headers_array(header_col)
-            if stream:
+            if offsets is None and stream:
                 offsets = [stream_offset(h) for h in header_col]
         else:
             headers = pa.nulls(n, type=headers_type)
@@ -256,13 +326,14 @@ def to_record_batch(deliveries: Sequence[Delivery], queue: str, stream: bool = F
             t = prop_type.field(f).type
             prop_arrays.append(pa.array(col, type=t) if col.count(None) != n else pa.nulls(n, type=t))
     arrays = [
-        pa.array([d[5] for d in deliveries], type=pa.binary()),
-        pa.array([queue] * n, type=pa.string()),
-        pa.array([d[2] for d in deliveries], type=pa.string()),
-        pa.array([d[3] for d in deliveries], type=pa.string()),
-        pa.array([d[0] for d in deliveries], type=pa.int64()),
-        pa.array([d[1] for d in deliveries], type=pa.bool_()),
-        pa.array(offsets, type=pa.int64()) if offsets is not None else pa.nulls(n, type=pa.int64()),
+        pa.array(bodies, type=pa.binary()),
+        pa.repeat(pa.scalar(queue, pa.string()), n),
+        exchanges,
+        rkeys,
+        pa.array(tags, type=pa.int64()),
+        pa.array(redelivered, type=pa.bool_()),
+        pa.array(offsets, type=pa.int64()) if stream and offsets is not None
+        else pa.nulls(n, type=pa.int64()),
         timestamps,
         headers,
         pa.StructArray.from_arrays(prop_arrays, fields=list(prop_type)),
@@ -270,12 +341,16 @@ def to_record_batch(deliveries: Sequence[Delivery], queue: str, stream: bool = F
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def to_table(deliveries: Sequence[Delivery], queue: str, stream: bool = False,
+def to_table(deliveries: Sequence[Delivery] | DeliveryBatch, queue: str, stream: bool = False,
              batch_rows: int = 65536):
     """An Arrow Table made of RecordBatches of at most ``batch_rows`` rows."""
     import pyarrow as pa
-    batches = [to_record_batch(deliveries[i:i + batch_rows], queue, stream)
-               for i in range(0, len(deliveries), batch_rows)]
+    if isinstance(deliveries, DeliveryBatch):
+        batches = [batch_to_record_batch(deliveries.slice(i, i + batch_rows), queue, stream)
+                   for i in range(0, len(deliveries), batch_rows)]
+    else:
+        batches = [to_record_batch(deliveries[i:i + batch_rows], queue, stream)
+                   for i in range(0, len(deliveries), batch_rows)]
     return pa.Table.from_batches(batches, schema=arrow_schema())
 
 

@@ -143,9 +143,7 @@ class AmqpBatchReader(DataSourceReader):
     def read(self, partition):
         o = self.opts
         if isinstance(partition, StreamRange):
-            return R.read_stream_range(o.params, o.queue, partition.start, partition.end,
-                                       o.batch_size, o.read_timeout, o.fail_on_data_loss,
-                                       prefer=_partition_id(), reconnect_timeout=o.reconnect_timeout)
+            return R.read_stream(o, partition.start, partition.end, prefer=_partition_id())
         return R.read_classic(o.params, o.queue, partition.budget, o.ack_mode, o.batch_size,
                               o.idle(), prefer=partition.index)
 
@@ -210,10 +208,7 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [StreamRange(a, b) for a, b in ranges]
 
     def read(self, partition):
-        o = self.opts
-        return R.read_stream_range(o.params, o.queue, partition.start, partition.end,
-                                   o.batch_size, o.read_timeout, o.fail_on_data_loss,
-                                   prefer=_partition_id(), reconnect_timeout=o.reconnect_timeout)
+        return R.read_stream(self.opts, partition.start, partition.end, prefer=_partition_id())
 
     def commit(self, end: dict) -> None:
         pass  # Spark's checkpoint is the source of truth; a stream keeps its messages
