@@ -1,0 +1,200 @@
+"""One channel of an inter-node link (``link.py``): synchronous calls answered in order,
+publishes with confirms, consumers fed by callbacks, basic.get, acks.
+
+Confirms: after :meth:`LinkChannel.confirm_select`, :meth:`LinkChannel.publish` returns a future
+that becomes True when the node acks the message (its queues have it: stored, for durable ones)
+and False when it nacks it; it fails with ``LinkError`` if the channel or the link closes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict, deque
+from itertools import count
+from typing import Callable
+
+from pamqp import commands
+
+from exchange_broker.cluster.link_frames import Delivery, LinkError, method, publish_frames
+from exchange_broker.protocol import codec
+
+OnDelivery = Callable[[Delivery], None]
+OnCancel = Callable[[str, "LinkError | None"], None]  # (consumer tag, None: cancelled by the node)
+
+
+def _fail(fut: asyncio.Future, error: LinkError) -> None:
+    if not fut.done():
+        fut.set_exception(error)
+        fut.exception()  # retrieved: whoever awaits it still gets the error
+
+
+class LinkChannel:
+    def __init__(self, link, number: int) -> None:
+        self.link = link
+        self.number = number
+        self.error: LinkError | None = None
+        self.confirming = False
+        self.on_return: Callable[[Delivery], None] | None = None  # mandatory publishes returned
+        self._rpc: deque[tuple[tuple, asyncio.Future]] = deque()
+        self._seq = 0
+        self._unconfirmed: OrderedDict[int, asyncio.Future] = OrderedDict()
+        self._consumers: dict[str, tuple[OnDelivery, OnCancel | None]] = {}
+        self._tags = count(1)
+
+    # -- calls -----------------------------------------------------------------------------------
+    async def call(self, m, *replies):
+        """Send a synchronous method; returns the node's reply (one of ``replies``)."""
+        if self.error is not None:
+            raise self.error
+        fut = asyncio.get_running_loop().create_future()
+        self._rpc.append((replies, fut))
+        self.link._send(method(self.number, m))
+        return await fut
+
+    async def confirm_select(self) -> None:
+        await self.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
+        self.confirming = True
+
+    async def close(self) -> None:
+        if self.error is None:
+            try:
+                await self.call(commands.Channel.Close(reply_code=200, reply_text="Goodbye", class_id=0,
+                                                   method_id=0),
+                                commands.Channel.CloseOk)
+            except LinkError:
+                pass
+        self._closed(LinkError("channel closed"))
+
+    # -- publishing ------------------------------------------------------------------------------
+    def publish(self, exchange: str, routing_key: str, properties: bytes, body: bytes,
+                mandatory: bool = False) -> asyncio.Future | None:
+        """basic.publish with raw content-header properties; the confirm's future in confirm
+        mode (True: acked, False: nacked), else None."""
+        if self.error is not None:
+            raise self.error
+        link = self.link
+        link._send(publish_frames(self.number, codec.short_cached(exchange),
+                                  codec.short_cached(routing_key), mandatory, properties, body,
+                                  link.frame_max))
+        if not self.confirming:
+            return None
+        self._seq += 1
+        fut = self._unconfirmed[self._seq] = asyncio.get_running_loop().create_future()
+        return fut
+
+    def _confirm(self, tag: int, multiple: bool, ok: bool) -> None:
+        pending = self._unconfirmed
+        if multiple:
+            while pending:
+                seq = next(iter(pending))
+                if seq > tag:
+                    break
+                fut = pending.pop(seq)
+                if not fut.done():
+                    fut.set_result(ok)
+        else:
+            fut = pending.pop(tag, None)
+            if fut is not None and not fut.done():
+                fut.set_result(ok)
+
+    # -- consuming -------------------------------------------------------------------------------
+    async def consume(self, queue: str, on_delivery: OnDelivery, *, prefetch: int = 0,
+                      on_cancel: OnCancel | None = None, no_ack: bool = False,
+                      exclusive: bool = False, arguments: dict | None = None,
+                      tag: str = "") -> str:
+        """basic.consume (after basic.qos ``prefetch`` when given); returns the consumer tag.
+        ``on_delivery`` runs for each delivery; ``on_cancel(tag, error)`` when the node cancels
+        the consumer (error None) or the channel or link is lost (the error)."""
+        if prefetch:
+            await self.call(commands.Basic.Qos(prefetch_count=prefetch), commands.Basic.QosOk)
+        tag = tag or f"link-{self.number}-{next(self._tags)}"
+        self._consumers[tag] = (on_delivery, on_cancel)  # deliveries may follow consume-ok at once
+        try:
+            await self.call(commands.Basic.Consume(queue=queue, consumer_tag=tag, no_ack=no_ack,
+                                                   exclusive=exclusive, arguments=arguments or {}),
+                            commands.Basic.ConsumeOk)
+        except BaseException:
+            self._consumers.pop(tag, None)
+            raise
+        return tag
+
+    async def cancel(self, tag: str) -> None:
+        await self.call(commands.Basic.Cancel(consumer_tag=tag), commands.Basic.CancelOk)
+        self._consumers.pop(tag, None)
+
+    def ack(self, delivery_tag: int, multiple: bool = False) -> None:
+        self.link._send(codec.ack_frame(self.number, delivery_tag, multiple))
+
+    def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
+        self.link._send(method(self.number, commands.Basic.Nack(
+            delivery_tag=delivery_tag, multiple=multiple, requeue=requeue)))
+
+    def reject(self, delivery_tag: int, requeue: bool = True) -> None:
+        self.link._send(method(self.number, commands.Basic.Reject(delivery_tag=delivery_tag,
+                                                                  requeue=requeue)))
+
+    async def get(self, queue: str, no_ack: bool = False) -> Delivery | None:
+        """basic.get: the message (``message_count`` = how many are left) or None (empty)."""
+        got = await self.call(commands.Basic.Get(queue=queue, no_ack=no_ack),
+                              Delivery, commands.Basic.GetEmpty)
+        return got if isinstance(got, Delivery) else None
+
+    # -- from the link ---------------------------------------------------------------------------
+    def _method(self, m) -> None:
+        if isinstance(m, commands.Basic.Ack):
+            self._confirm(m.delivery_tag, m.multiple, True)
+        elif isinstance(m, commands.Basic.Nack):
+            self._confirm(m.delivery_tag, m.multiple, False)
+        elif isinstance(m, commands.Basic.Cancel):  # consumer_cancel_notify
+            entry = self._consumers.pop(m.consumer_tag, None)
+            if not m.nowait:
+                self.link._send(method(self.number, commands.Basic.CancelOk(consumer_tag=m.consumer_tag)))
+            if entry is not None and entry[1] is not None:
+                entry[1](m.consumer_tag, None)
+        elif isinstance(m, commands.Channel.Close):
+            self.link._send(method(self.number, commands.Channel.CloseOk()))
+            self._closed(LinkError(f"channel closed by the node: {m.reply_code} {m.reply_text}",
+                                   m.reply_code))
+        elif isinstance(m, commands.Channel.Flow):
+            self.link._send(method(self.number, commands.Channel.FlowOk(active=m.active)))
+        else:
+            self._reply(m)
+
+    def _content(self, d: Delivery) -> None:
+        if d.consumer_tag:
+            entry = self._consumers.get(d.consumer_tag)
+            if entry is not None:
+                entry[0](d)
+        elif d.message_count is not None:
+            self._reply(d)
+        elif self.on_return is not None:
+            self.on_return(d)
+
+    def _reply(self, m) -> None:
+        if not self._rpc:
+            self.link._fail(LinkError(f"unexpected {type(m).__name__} on channel {self.number}"))
+            return
+        replies, fut = self._rpc.popleft()
+        if not isinstance(m, replies):
+            error = LinkError(f"expected {' or '.join(r.__name__ for r in replies)}, got "
+                              f"{type(m).__name__}")
+            _fail(fut, error)
+            self.link._fail(error)
+        elif not fut.done():
+            fut.set_result(m)
+
+    def _closed(self, error: LinkError) -> None:
+        if self.error is not None:
+            return
+        self.error = error
+        self.link.channels.pop(self.number, None)
+        self.link.reader.forget(self.number)
+        while self._rpc:
+            _fail(self._rpc.popleft()[1], error)
+        pending, self._unconfirmed = self._unconfirmed, OrderedDict()
+        for fut in pending.values():
+            _fail(fut, error)
+        consumers, self._consumers = self._consumers, {}
+        for tag, (_deliver, on_cancel) in consumers.items():
+            if on_cancel is not None:
+                on_cancel(tag, error)

@@ -1,0 +1,203 @@
+"""Inter-node links (exchange_broker/cluster/link.py): the asyncio AMQP client a node will use to
+forward publishes to and relay deliveries from the queues another node leads. Real broker (in
+process, ephemeral port), real sockets; pika on the other side where a second client helps."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pamqp import commands
+
+from eb_support import pika_connect, uniq
+from exchange_broker.cluster.link import Link, LinkError
+from exchange_broker.protocol import codec
+
+PERSISTENT = codec.encode_properties({"delivery_mode": 2, "headers": {"k": "v", "n": 7}})
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_publish_with_confirms_then_consume_prefetch_and_ack(broker):
+    queue = uniq("link")
+
+    async def scenario():
+        link = await Link.open("127.0.0.1", broker.port, "guest", "guest", name="test link")
+        ch = await link.channel()
+        await ch.call(commands.Queue.Declare(queue=queue, durable=True), commands.Queue.DeclareOk)
+        await ch.confirm_select()
+        futs = [ch.publish("", queue, PERSISTENT, b"m%d" % i) for i in range(300)]
+        assert await asyncio.gather(*futs) == [True] * 300
+        got: list = []
+        done = asyncio.get_running_loop().create_future()
+
+        def on_delivery(d):
+            got.append(d)
+            if len(got) == 300 and not done.done():
+                done.set_result(None)
+        cons = await link.channel()
+        tag = await cons.consume(queue, on_delivery, prefetch=50)
+        await asyncio.sleep(0.2)
+        assert len(got) == 50  # prefetch holds the rest back until acks come
+        acked = 0
+        while acked < 300:
+            if got[-1].delivery_tag > acked:
+                acked = got[-1].delivery_tag
+                cons.ack(acked, multiple=True)
+            await asyncio.sleep(0.02)
+        await done
+        assert [d.body for d in got] == [b"m%d" % i for i in range(300)]
+        first = got[0]
+        assert (first.consumer_tag, first.exchange, first.routing_key, first.redelivered) == \
+            (tag, "", queue, False)
+        assert codec.parse_properties(first.properties)["headers"] == {"k": "v", "n": 7}
+        await cons.cancel(tag)
+        ok = await ch.call(commands.Queue.Declare(queue=queue, passive=True), commands.Queue.DeclareOk)
+        assert ok.message_count == 0
+        await ch.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+        await link.close()
+        assert link.error is not None
+    run(scenario())
+
+
+def test_get_nack_requeue_reject_and_large_bodies(broker):
+    queue = uniq("link")
+    big = bytes(range(256)) * 2000  # 512,000 bytes: several body frames each way
+
+    async def scenario():
+        link = await Link.open("127.0.0.1", broker.port, "guest", "guest")
+        ch = await link.channel()
+        await ch.call(commands.Queue.Declare(queue=queue, auto_delete=False), commands.Queue.DeclareOk)
+        await ch.confirm_select()
+        assert await ch.publish("", queue, b"\x00\x00", big) is True
+        assert await ch.publish("", queue, b"\x00\x00", b"") is True
+        d = await ch.get(queue)
+        assert d.body == big and d.message_count == 1 and not d.redelivered
+        ch.nack(d.delivery_tag, requeue=True)
+        again = await ch.get(queue)
+        assert again.body == big and again.redelivered
+        ch.reject(again.delivery_tag, requeue=False)  # dropped (no dead-letter exchange)
+        empty = await ch.get(queue, no_ack=True)
+        assert empty.body == b"" and empty.message_count == 0
+        assert await ch.get(queue) is None
+        await ch.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+        await link.close()
+    run(scenario())
+
+
+def test_channel_error_fails_that_channel_only_and_returns_reach_on_return(broker):
+    async def scenario():
+        link = await Link.open("127.0.0.1", broker.port, "guest", "guest")
+        bad = await link.channel()
+        good = await link.channel()
+        await good.confirm_select()
+        returned = []
+        good.on_return = returned.append
+        assert await good.publish("amq.direct", "nowhere", b"\x00\x00", b"r", mandatory=True) is True
+        assert [(d.reply_code, d.reply_text, d.body) for d in returned] == [(312, "NO_ROUTE", b"r")]
+        await bad.confirm_select()
+        fut = bad.publish("no-such-exchange", "k", b"\x00\x00", b"x")
+        with pytest.raises(LinkError) as err:
+            await fut
+        assert err.value.code == 404
+        with pytest.raises(LinkError):
+            bad.publish("", "k", b"\x00\x00", b"x")
+        # the link and its other channels go on
+        assert await good.publish("amq.direct", "nowhere", b"\x00\x00", b"s") is True
+        again = await link.channel()
+        await again.call(commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk)
+        await link.close()
+    run(scenario())
+
+
+def test_node_cancel_notify_and_lost_link_fail_everything_waiting(broker):
+    queue = uniq("link")
+
+    async def scenario():
+        link = await Link.open("127.0.0.1", broker.port, "guest", "guest", name="doomed")
+        ch = await link.channel()
+        await ch.call(commands.Queue.Declare(queue=queue), commands.Queue.DeclareOk)
+        cancels = []
+        await ch.consume(queue, lambda d: None, on_cancel=lambda tag, err: cancels.append((tag, err)),
+                         tag="relay-1")
+        other = pika_connect(broker.port)
+        try:
+            other.channel().queue_delete(queue)  # the node cancels our consumer (cancel notify)
+            for _ in range(100):
+                if cancels:
+                    break
+                await asyncio.sleep(0.05)
+            assert cancels == [("relay-1", None)]
+            # the node closes the connection (as a dying node would): every waiter fails
+            lost = []
+            link.on_lost.append(lost.append)
+            await ch.confirm_select()
+            waiting = [ch.publish("", "nobody-home", b"\x00\x00", b"x") for _ in range(3)]
+            for c in other_connections(broker, "doomed"):
+                c.close("test: node going away")
+            errors = await asyncio.gather(*waiting, return_exceptions=True)
+            assert all(isinstance(e, (LinkError, bool)) for e in errors)
+            await asyncio.wait_for(link.closed, 10)
+            assert len(lost) == 1 and "320" in str(lost[0])
+            with pytest.raises(LinkError):
+                await link.channel()
+            with pytest.raises(LinkError):
+                ch.publish("", queue, b"\x00\x00", b"late")
+        finally:
+            other.close()
+    run(scenario())
+
+
+def other_connections(broker, name: str) -> list:
+    """The broker's server-side connections of the link named ``name``."""
+    found = [_Closer(broker, sess) for sess in list(broker.broker.sessions)
+             if sess.client_properties.get("connection_name") in (name, name.encode())]
+    assert found, "the link's connection is not known to the broker"
+    return found
+
+
+class _Closer:
+    def __init__(self, broker, session) -> None:
+        self.broker, self.session = broker, session
+
+    def close(self, reason: str) -> None:  # as the management API's close does
+        self.broker.loop.call_soon_threadsafe(self.session.server_close, 320, reason)
+
+
+def test_a_silent_node_is_lost_after_two_heartbeat_intervals(spawn_broker):
+    """SIGSTOP of the node: its socket stays open but nothing comes back; with 1 s heartbeats
+    the link gives up within a few seconds and fails what waits on it."""
+    import os
+    import signal
+    proc = spawn_broker("--in-memory")
+
+    async def scenario():
+        link = await Link.open("127.0.0.1", proc.port, "guest", "guest", heartbeat=1)
+        assert link.heartbeat == 1
+        ch = await link.channel()
+        await ch.confirm_select()
+        assert await ch.publish("amq.direct", "k", b"\x00\x00", b"before") is True
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            waiting = ch.publish("amq.direct", "k", b"\x00\x00", b"during")
+            error = await asyncio.wait_for(link.closed, 10)
+            assert "heartbeats" in str(error)
+            with pytest.raises(LinkError):
+                await waiting
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+    run(scenario())
+
+
+def test_bad_login_and_refused_port_are_clear_errors(broker):
+    from eb_support import free_port
+
+    async def scenario():
+        with pytest.raises(LinkError):
+            await Link.open("127.0.0.1", broker.port, "guest", "wrong", timeout=5)
+        with pytest.raises(LinkError) as err:
+            await Link.open("127.0.0.1", free_port(), "guest", "guest", timeout=5)
+        assert "127.0.0.1" in str(err.value)
+    run(scenario())
