@@ -301,10 +301,14 @@ class SubprocessBroker:
         return self.proc.pid
 
     def command(self, port_file: Path, *extra: str) -> list[str]:
+        store: list[str] = []
+        given = {a.split("=", 1)[0] for a in (*self.args, *extra)}
+        if not given & {"--data-dir", "--database-url", "--in-memory"}:
+            store = ["--data-dir", str(self.workdir / "data")]  # never the user's default store
         return [sys.executable, "-m", "exchange_broker", "serve", "--host", "127.0.0.1",
                 "--port", "0", "--port-file", str(port_file), "--heartbeat", "0",
                 "--admin-port", "0",  # never the default 15672 (a real RabbitMQ may be there)
-                *self.args, *extra]
+                *store, *self.args, *extra]
 
     def start(self, *extra: str, timeout: float = 30.0) -> "SubprocessBroker":
         """Start (``extra``: options for this start only) and wait for the port file."""

@@ -84,6 +84,10 @@ def test_a_stream_from_a_classic_queue_survives_the_death_of_the_active_node(spa
             except Exception:  # noqa: BLE001 - no file yet
                 return set()
         wait_for(lambda: written() == set(bodies), "every message in the output", 180, 0.5)
+        # A batch whose ack was lost with the dead node comes back redelivered and is written (and
+        # acked) again: the queue is empty, nothing ready and nothing unacked, once that is done.
+        wait_for(lambda: queue_totals(standby.admin_port, "spark-ha") == (0, 0),
+                 "every message acked after its commit", 120, 0.5)
     finally:
         q.stop()
     assert q.exception() is None
@@ -92,6 +96,17 @@ def test_a_stream_from_a_classic_queue_survives_the_death_of_the_active_node(spa
     assert any(r.redelivered for r in rows)  # the held batch came back from the node that took over
     with Connection.connect(f"amqp://guest:guest@127.0.0.1:{standby.port}/%2F") as c:
         assert c.queue_declare("spark-ha", passive=True)[1] == 0  # all acked after their commits
+
+
+def queue_totals(admin_port: int, queue: str) -> tuple[int, int] | None:
+    """(ready, unacked) of a queue from a node's admin API; None while it does not answer."""
+    import requests
+    try:
+        got = requests.get(f"http://127.0.0.1:{admin_port}/api/queues/%2F/{queue}", auth=("guest", "guest"), timeout=5)
+        body = got.json()
+        return body["messages_ready"], body["messages_unacknowledged"]
+    except (requests.RequestException, ValueError, KeyError):
+        return None
 
 
 def test_connecting_during_a_failover_waits_for_the_node_that_takes_over(two_nodes):
