@@ -25,6 +25,18 @@ log = logging.getLogger("exchange_broker.cluster")
 
 FLOW_HIGH = 4000   # forwards awaiting the leader's confirm before publishers are paused
 FLOW_LOW = 1000    # ... and read again below this
+RETRY_AFTER = 0.5  # s: after a failed open, callers get that failure again until this passed
+
+
+_tasks: set[asyncio.Task] = set()
+
+
+def spawn(coro) -> asyncio.Task:
+    """A task on the running loop, referenced until it ends (asyncio keeps only weak ones)."""
+    task = asyncio.get_running_loop().create_task(coro)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+    return task
 
 
 class Address(NamedTuple):
@@ -44,6 +56,7 @@ class Links:
         self._links: dict[tuple, Link] = {}
         self._opening: dict[tuple, asyncio.Task] = {}
         self._forwarders: dict[tuple, Forwarder] = {}
+        self._failed: dict[tuple, tuple[float, LinkError]] = {}  # key -> (when, why)
         self.closed = False
 
     async def link(self, address: Address, vhost: str) -> Link:
@@ -56,7 +69,11 @@ class Links:
             return link
         task = self._opening.get(key)
         if task is None:
-            task = self._opening[key] = asyncio.get_running_loop().create_task(self._open(key))
+            failed = self._failed.get(key)
+            now = asyncio.get_running_loop().time()
+            if failed is not None and now - failed[0] < RETRY_AFTER:
+                raise failed[1]  # a node that just refused is not dialled again at once
+            task = self._opening[key] = spawn(self._open(key))
         return await asyncio.shield(task)
 
     async def _open(self, key: tuple) -> Link:
@@ -64,8 +81,15 @@ class Links:
         try:
             link = await Link.open(host, port, self.user, self.password, vhost,
                                    name=f"{self.name} -> {host}:{port}", heartbeat=self.heartbeat)
+        except LinkError as exc:
+            if key not in self._failed:
+                log.warning("link to %s:%s (vhost %s) cannot be opened: %s", host, port, vhost, exc)
+            self._failed[key] = (asyncio.get_running_loop().time(), exc)
+            raise
         finally:
             self._opening.pop(key, None)
+        if self._failed.pop(key, None) is not None:
+            log.info("link to %s:%s (vhost %s) open again", host, port, vhost)
         if self.closed:
             await link.close()
             raise LinkError("this node's links are closed")
@@ -133,7 +157,7 @@ class Forwarder:
 
     def _open(self) -> None:
         if self._opening is None:
-            self._opening = asyncio.get_running_loop().create_task(self._open_channel())
+            self._opening = spawn(self._open_channel())
 
     async def _open_channel(self) -> None:
         try:
@@ -143,7 +167,7 @@ class Forwarder:
             await ch.confirm_select()
         except (LinkError, OSError) as exc:
             self._opening = None
-            log.warning("forwarding to %s:%s (vhost %s) failed: %s", *self.address, self.vhost, exc)
+            log.debug("forwarding to %s:%s (vhost %s) failed: %s", *self.address, self.vhost, exc)
             self._fail_backlog()
             return
         self._opening = None
@@ -188,7 +212,7 @@ class Forwarder:
             if not fwd.returned and fwd.routing_key == d.routing_key and \
                     (fwd.body is d.body or fwd.body == d.body):
                 fwd.returned = True
-                log.warning("forward to queue '%s' on %s:%s returned: %s %s", d.routing_key,
+                log.info("forward to queue '%s' on %s:%s returned: %s %s", d.routing_key,
                             *self.address, d.reply_code, d.reply_text)
                 return
 

@@ -21,6 +21,7 @@ import logging
 from collections import deque
 
 from exchange_broker.cluster.link import LinkChannel, LinkError
+from exchange_broker.cluster.links import spawn
 from exchange_broker.core.message import Message
 from exchange_broker.protocol import codec
 
@@ -121,7 +122,7 @@ class Relay(Holder):
         return getattr(c, "prefetch", 0) or getattr(channel, "global_prefetch", 0) or 0
 
     def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._start())
+        self.task = spawn(self._start())
 
     async def _start(self) -> None:
         q, c = self.queue, self.consumer
@@ -168,7 +169,7 @@ class Relay(Holder):
         self.queue.tags.forget(self)
         ch, self.channel = self.channel, None
         if ch is not None and ch.error is None:
-            asyncio.get_running_loop().create_task(_close(ch))
+            spawn(_close(ch))
         self.queue.relay_gone(self)
 
     # -- to the local consumer ---------------------------------------------------------------------
@@ -190,7 +191,7 @@ class Relay(Holder):
         self.stopping = True
         if self.dead or self.remote_tag is None:
             return  # never consumed (``_start`` finishes the stop) or already gone
-        asyncio.get_running_loop().create_task(self._stop_remote())
+        spawn(self._stop_remote())
 
     async def _stop_remote(self) -> None:
         ch = self.channel
@@ -211,7 +212,7 @@ class Relay(Holder):
             self.dead = True
             ch, self.channel = self.channel, None
             if ch is not None and ch.error is None:
-                asyncio.get_running_loop().create_task(_close(ch))
+                spawn(_close(ch))
 
 
 class Getter(Holder):

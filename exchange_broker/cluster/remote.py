@@ -28,13 +28,12 @@ a refusal there (exclusive use, no such queue) cancels the local consumer (basic
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
 from typing import Iterable
 
 from exchange_broker.cluster.link import LinkError
-from exchange_broker.cluster.links import FLOW_HIGH, Address, Links
+from exchange_broker.cluster.links import FLOW_HIGH, Address, Links, spawn
 from exchange_broker.cluster.relay import ACK, NACK, REJECT, Getter, Relay, TagMap
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import describe
@@ -176,10 +175,9 @@ class RemoteQueue(QueueType):
         need = len(self.waiting_gets) - self.gets_in_flight - len(self.fetched)
         if need <= 0:
             return
-        loop = asyncio.get_running_loop()
         for _ in range(need):
             self.gets_in_flight += 1
-            loop.create_task(self._fetch())
+            spawn(self._fetch())
 
     async def _fetch(self) -> None:
         msg = None
@@ -212,4 +210,4 @@ class RemoteQueue(QueueType):
             relay.gone()
         self.relays.clear()
         self._return_leftovers()
-        asyncio.get_running_loop().create_task(self.getter.close())
+        spawn(self.getter.close())

@@ -269,3 +269,60 @@ def test_leader_stopped_publisher_gets_nacks_consumer_cancelled(cluster):
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
         ch.basic_get(q)
     assert err.value.reply_code == 404 and "node-b" in err.value.reply_text
+
+
+def test_fanout_to_two_placeholders_confirms_only_when_both_leaders_acked(cluster):
+    q1, q2, local, ex = uniq("remote"), uniq("remote"), uniq("local"), uniq("fan")
+    cluster.leader_queue(q1)
+    cluster.leader_queue(q2)
+    ch = cluster.connect(cluster.a).channel()
+    ch.exchange_declare(ex, "fanout")
+    ch.queue_declare(local)
+    for name in (q1, q2, local):
+        ch.queue_bind(name, ex)
+    ch.confirm_delivery()
+    ch.basic_publish(ex, "", b"both", PERSISTENT)
+    assert cluster.on_b(q1) == (1, 0) and cluster.on_b(q2) == (1, 0)
+    cluster.connect(cluster.b).channel().queue_delete(q2)
+    with pytest.raises(pika.exceptions.NackError):  # q1 and the local queue have it, q2 not
+        ch.basic_publish(ex, "", b"one missing", PERSISTENT)
+    assert cluster.on_b(q1) == (2, 0)
+
+
+def test_tx_commit_on_a_answers_once_b_has_the_messages(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    ch = cluster.connect(cluster.a).channel()
+    ch.tx_select()
+    for i in range(5):
+        ch.basic_publish("", q, b"t%d" % i, PERSISTENT)
+    assert cluster.on_b(q) == (0, 0)
+    ch.tx_commit()
+    assert cluster.on_b(q) == (5, 0)
+
+
+def test_no_ack_consumer_on_a(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    cluster.publish_on_b(q, [b"m%d" % i for i in range(1000)])
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    got = []
+    ch.basic_consume(q, lambda c, m, p, body: got.append(body), auto_ack=True)
+    assert pump(conn, lambda: len(got) == 1000)
+    assert got == [b"m%d" % i for i in range(1000)]
+    assert wait_until(lambda: cluster.on_b(q) == (0, 0))
+
+
+def test_leader_refusing_the_consume_cancels_the_consumer_on_a(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    holder = cluster.connect(cluster.b).channel()
+    holder.basic_consume(q, lambda *a: None, exclusive=True)  # B's queue is in exclusive use
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    cancelled = []
+    ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = ch.basic_consume(q, lambda *a: None)  # consume-ok is local; B's 403 comes after
+    assert pump(conn, lambda: cancelled)
+    assert cancelled == [tag] and ch.is_open
