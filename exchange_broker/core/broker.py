@@ -236,8 +236,8 @@ class Broker:
             m = msg if first else msg.copy()
             first = False
             w = q.enqueue(m, publisher, per_message_ttl)
-            if w is not None:
-                waiter = w
+            if w is not None:  # different waiters (another node's confirm): all must fire
+                waiter = w if waiter is None or waiter is w else Waiter.all(waiter, w)
             elif m.rejected:
                 rejected = True
         return True, waiter, rejected

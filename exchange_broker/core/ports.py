@@ -83,6 +83,22 @@ class Waiter:
         for fn, arg in callbacks:
             fn(arg, ok)
 
+    @classmethod
+    def all(cls, *waiters: "Waiter") -> "Waiter":
+        """One waiter that fires once every one of ``waiters`` has: ok only if they all were
+        (a message stored locally and forwarded to another node's queue)."""
+        combined = cls()
+        state = [len(waiters), True]
+
+        def one(_arg: object, ok: bool) -> None:
+            state[0] -= 1
+            state[1] = state[1] and ok
+            if state[0] == 0:
+                combined.fire(state[1])
+        for w in waiters:
+            w.add(one, None)
+        return combined
+
 
 class NullDurability:
     """Stores nothing; every hook is a no-op."""

@@ -1,0 +1,213 @@
+"""A queue another node leads: :class:`RemoteQueue`, the placeholder a node holds for it
+(docs/cluster-design.md, steps 2 to 4).
+
+To the channel it is a queue like any other; its messages live on the leader, reached through
+this node's links (``links.py``):
+
+* ``enqueue`` forwards the message (raw properties and body, default exchange, routing key = the
+  queue's name, mandatory) on the link's confirm channel and returns the Waiter the leader's
+  confirm fires: the publisher's confirm is an ack only once the leader acked; the leader's
+  nack, a return or a lost link make it a nack. (The broker combines this waiter with local
+  queues' store waiters: ``Waiter.all``.)
+* ``add_consumer`` starts a :class:`~exchange_broker.cluster.relay.Relay`: a consumer on the
+  leader (the local consumer's prefetch as basic.qos, exclusive and the consume arguments passed
+  through) whose deliveries reach the local consumer; acks, nacks, rejects and requeues go back
+  by the leader's delivery tags. The leader's basic.cancel (queue deleted there) or a lost link
+  cancel the local consumer as a deleted queue does (consumer-cancel-notify).
+* ``get`` is basic.get over the link. The channel's answer cannot wait for the network inside
+  ``get``, so it uses the hook paged queues use: ``get`` answers None, ``get_pending`` says
+  "wait", the channel parks the get in ``waiting_gets`` and calls ``maybe_refill``, which sends a
+  basic.get per parked get; each answer retries the parked gets (``answer_waiting_gets``).
+* ``message_count`` is approximate: the ready count the leader gave with its last get-ok (0
+  after a get-empty, 0 before any get). Placeholders do not poll the leader.
+* ``purge`` is refused (406): purge on the leader's node.
+
+Limits: ``consume-ok`` goes to the client before the leader answered the relay's basic.consume;
+a refusal there (exclusive use, no such queue) cancels the local consumer (basic.cancel).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Iterable
+
+from exchange_broker.cluster.link import LinkError
+from exchange_broker.cluster.links import FLOW_HIGH, Address, Links, spawn
+from exchange_broker.cluster.relay import ACK, NACK, REJECT, Getter, Relay, TagMap
+from exchange_broker.core.message import Message
+from exchange_broker.core.names import describe
+from exchange_broker.core.queue import QueueType
+from exchange_broker.core.queue_args import QueueOptions
+from exchange_broker.protocol.constants import NOT_FOUND, PRECONDITION_FAILED
+from exchange_broker.protocol.errors import AMQPError
+
+log = logging.getLogger("exchange_broker.cluster")
+
+
+class RemoteQueue(QueueType):
+    remote = True
+
+    def __init__(self, broker, vhost: str, name: str, *, links: Links, address: Address,
+                 leader: str = "", durable: bool = True, auto_delete: bool = False,
+                 arguments: dict | None = None, options: QueueOptions | None = None) -> None:
+        super().__init__(broker, vhost, name, durable, None, auto_delete, arguments, options)
+        self.queue_type = self.arguments.get("x-queue-type") or "classic"  # the leader's type
+        self.links = links
+        self.address = Address(*address)
+        self.leader = leader or f"{self.address.host}:{self.address.port}"
+        self.tags = TagMap()               # relayed messages not yet settled
+        self.relays: dict = {}             # local consumer -> Relay
+        self.getter = Getter(self)
+        self.fetched: deque[Message] = deque()  # basic.get answers not yet handed out
+        self.empty_answers = 0
+        self.get_errors: deque[str] = deque()
+        self.gets_in_flight = 0
+        self.last_count = 0
+        self._answered_empty = False
+
+    @classmethod
+    def declare(cls, broker, vhost, name, durable, owner, auto_delete, arguments):
+        raise AMQPError(PRECONDITION_FAILED, f"{vhost.describe('queue', name)} is led by another "
+                        f"node", 50, 10, hard=False)
+
+    def describe(self) -> str:
+        return describe("queue", self.name, self.vhost)
+
+    # -- state --------------------------------------------------------------------------------------
+    @property
+    def message_count(self) -> int:
+        """Approximate: the leader's count at the last basic.get (see the module doc)."""
+        return self.last_count
+
+    @property
+    def wants_dispatch(self) -> bool:
+        return not self.deleted and any(r.buffer for r in self.relays.values())
+
+    # -- publishing ---------------------------------------------------------------------------------
+    def enqueue(self, msg: Message, publisher, per_message_ttl: int | None):
+        """Forward to the leader; the waiter fires with its confirm. The TTL travels in the
+        properties (``expiration``), the queue's own TTL applies on the leader."""
+        msg.queue = self
+        self.stats_published += 1
+        fw = self.links.forwarder(self.address, self.vhost)
+        waiter = fw.publish(self.name, msg.properties, msg.body)
+        if publisher is not None and fw.in_flight > FLOW_HIGH and publisher not in self.flow_blocked:
+            publisher.throttle(self)  # read again once the leader confirmed the backlog
+            if self.release_publishers not in fw.on_drained:
+                fw.on_drained.append(self.release_publishers)
+        return waiter
+
+    # -- consuming ----------------------------------------------------------------------------------
+    def add_consumer(self, consumer) -> None:
+        self.had_consumer = True
+        self.consumers.append(consumer)
+        relay = self.relays[consumer] = Relay(self, consumer)
+        relay.start()
+
+    def remove_consumer(self, consumer) -> None:
+        try:
+            self.consumers.remove(consumer)
+        except ValueError:
+            pass
+        relay = self.relays.pop(consumer, None)
+        if relay is not None:
+            relay.stop()
+        if not self.consumers and self.on_empty_consumers is not None:
+            self.on_empty_consumers(self)
+
+    def relay_gone(self, relay: Relay) -> None:
+        """A relay lost its consumer on the leader: cancel the local consumer (basic.cancel)."""
+        c = relay.consumer
+        if self.relays.get(c) is relay:
+            del self.relays[c]
+        if relay.stopping:
+            return
+        try:
+            self.consumers.remove(c)
+        except ValueError:
+            return
+        c.queue_deleted()
+
+    def dispatch(self) -> None:
+        for relay in list(self.relays.values()):
+            if relay.buffer:
+                relay.pump()
+
+    # -- settling (by the leader's delivery tags) ---------------------------------------------------
+    def settle(self, msg: Message) -> None:
+        self.tags.settle(msg, ACK)
+
+    def delivered(self, msg: Message) -> None:
+        pass  # the leader marks it
+
+    def reject(self, msg: Message) -> None:
+        self.tags.settle(msg, REJECT, False)  # the leader dead-letters (or drops) it
+
+    def requeue(self, msgs: Iterable[Message]) -> None:
+        for msg in msgs:
+            self.tags.settle(msg, NACK, True)
+
+    def purge(self) -> list[Message]:
+        raise AMQPError(PRECONDITION_FAILED, f"{self.describe()} is led by node '{self.leader}': "
+                        f"purge it there", 50, 30, hard=False)
+
+    # -- basic.get ----------------------------------------------------------------------------------
+    def get(self) -> Message | None:
+        self._answered_empty = False
+        if self.fetched:
+            return self.fetched.popleft()
+        if self.get_errors:
+            raise AMQPError(NOT_FOUND, f"{self.describe()}: its leader node '{self.leader}' is "
+                            f"unreachable ({self.get_errors.popleft()})", 60, 70, hard=False)
+        if self.empty_answers:
+            self.empty_answers -= 1
+            self._answered_empty = True
+        return None
+
+    @property
+    def get_pending(self) -> bool:
+        """After ``get`` answered None: wait for the leader unless it just said empty."""
+        return not self._answered_empty and not self.deleted
+
+    def maybe_refill(self) -> None:
+        """One basic.get on the leader for each parked get not already covered."""
+        need = len(self.waiting_gets) - self.gets_in_flight - len(self.fetched)
+        if need <= 0:
+            return
+        for _ in range(need):
+            self.gets_in_flight += 1
+            spawn(self._fetch())
+
+    async def _fetch(self) -> None:
+        msg = None
+        try:
+            msg = await self.getter.fetch()
+        except (LinkError, OSError) as exc:
+            self.get_errors.append(str(exc))
+        finally:
+            self.gets_in_flight -= 1
+        if msg is not None:
+            self.fetched.append(msg)
+        elif not self.get_errors:
+            self.empty_answers += 1
+        self.answer_waiting_gets()
+        if not self.waiting_gets and not self.gets_in_flight:
+            self._return_leftovers()
+
+    def _return_leftovers(self) -> None:
+        """Answers nobody waits for any more (their channels closed): back to the leader."""
+        leftovers, self.fetched = self.fetched, deque()
+        for msg in leftovers:
+            self.tags.settle(msg, NACK, True)
+        self.empty_answers = 0
+        self.get_errors.clear()
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def on_deleted(self) -> None:
+        """The placeholder is dropped: stop relaying (the leader requeues what was unacked)."""
+        for relay in list(self.relays.values()):
+            relay.gone()
+        self.relays.clear()
+        self._return_leftovers()
+        spawn(self.getter.close())

@@ -1,0 +1,328 @@
+"""RemoteQueue (exchange_broker/cluster/remote.py): a placeholder on node A for a queue node B
+leads. Two real in-process brokers on ephemeral ports, a real link between them, pika clients:
+what a client of A publishes lands on B's queue (confirmed only once B has it), what a client of
+A consumes comes from B, and acks, nacks, rejects, requeues, basic.get and cancellations reach B.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pika
+import pytest
+
+from eb_support import close_quietly, pika_connect, uniq, wait_until
+from exchange_broker.cluster.links import Links
+from exchange_broker.cluster.remote import RemoteQueue
+from exchange_broker.testing import ThreadedBroker
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+@pytest.fixture
+def node_b():
+    """The leader: a second broker built like the ``broker`` fixture."""
+    with ThreadedBroker() as tb:
+        yield tb
+
+
+class Cluster:
+    """Node A (``broker``) with RemoteQueue placeholders for queues of node B (``node_b``)."""
+
+    def __init__(self, a: ThreadedBroker, b: ThreadedBroker) -> None:
+        self.a, self.b = a, b
+        self.links = Links("guest", "guest", name="node a", heartbeat=2)
+        self.conns: list = []
+
+    def connect(self, node: ThreadedBroker) -> pika.BlockingConnection:
+        conn = pika_connect(node.port)
+        self.conns.append(conn)
+        return conn
+
+    def leader_queue(self, name: str, **arguments) -> None:
+        """Declare the durable queue on B and its placeholder on A."""
+        ch = self.connect(self.b).channel()
+        ch.queue_declare(name, durable=True, arguments=arguments or None)
+        ch.close()
+
+        def install():
+            vh = self.a.broker.vhosts["/"]
+            vh.queues[name] = RemoteQueue(self.a.broker, "/", name, links=self.links,
+                                          address=("127.0.0.1", self.b.port), leader="node-b")
+        self.a.call(install)
+
+    def on_b(self, name: str) -> tuple[int, int]:
+        """(ready, unacked) of B's queue, read on B's loop."""
+        def read():
+            q = self.b.broker.vhosts["/"].queues[name]
+            return q.message_count, q.unacked
+        return self.b.call(read)
+
+    def b_has(self, name: str) -> bool:
+        return self.b.call(lambda: name in self.b.broker.vhosts["/"].queues)
+
+    def publish_on_b(self, name: str, bodies) -> None:
+        ch = self.connect(self.b).channel()
+        ch.confirm_delivery()
+        for body in bodies:
+            ch.basic_publish("", name, body, PERSISTENT)
+        ch.close()
+
+    def drain_b(self, name: str) -> list:
+        """Every message left on B's queue, in order (got with auto-ack)."""
+        ch = self.connect(self.b).channel()
+        out = []
+        while True:
+            method, _props, body = ch.basic_get(name, auto_ack=True)
+            if method is None:
+                ch.close()
+                return out
+            out.append((body, method.redelivered))
+
+    def close(self) -> None:
+        close_quietly(*self.conns)
+        if self.a._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self.links.close(), self.a.loop).result(10)
+
+
+@pytest.fixture
+def cluster(broker, node_b):
+    c = Cluster(broker, node_b)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def pump(conn, until, timeout: float = 10.0) -> bool:
+    """Run pika's I/O until ``until()`` holds (False if it never does within ``timeout``)."""
+    return wait_until(lambda: conn.process_data_events(0.02) or until(), timeout, 0)
+
+
+def test_publishes_on_a_land_on_b_confirmed(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    ch = cluster.connect(cluster.a).channel()
+    ch.confirm_delivery()
+    for i in range(200):
+        ch.basic_publish("", q, b"m%d" % i, PERSISTENT)  # raises on a nack
+    assert cluster.on_b(q) == (200, 0)  # every confirm came after B had the message
+    assert [body for body, _r in cluster.drain_b(q)] == [b"m%d" % i for i in range(200)]
+
+
+def test_consume_on_a_with_prefetch_and_acks(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    cluster.publish_on_b(q, [b"m%d" % i for i in range(100)])
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    got = []
+    ch.basic_consume(q, lambda c, m, p, body: got.append((m.delivery_tag, body, m.redelivered)))
+    assert pump(conn, lambda: len(got) == 10)
+    # the leader holds the rest back: B's consumer is the relay with prefetch 10
+    assert wait_until(lambda: cluster.on_b(q) == (90, 10))
+    conn.process_data_events(0.1)
+    assert len(got) == 10
+    acked = 0
+    while acked < 100:
+        assert pump(conn, lambda: len(got) > acked), f"stuck at {acked}"
+        for tag, _body, _r in got[acked:]:
+            ch.basic_ack(tag)
+        acked = len(got)
+    assert [body for _t, body, _r in got] == [b"m%d" % i for i in range(100)]
+    assert not any(r for _t, _b, r in got)
+    assert wait_until(lambda: cluster.on_b(q) == (0, 0))
+
+
+def test_nack_and_reject_with_and_without_requeue(cluster):
+    q, dlx, dead = uniq("remote"), uniq("dlx"), uniq("dead")
+    setup = cluster.connect(cluster.b).channel()
+    setup.exchange_declare(dlx, "fanout")
+    setup.queue_declare(dead)
+    setup.queue_bind(dead, dlx)
+    cluster.leader_queue(q, **{"x-dead-letter-exchange": dlx})
+    cluster.publish_on_b(q, [b"a", b"b", b"c", b"d"])
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=1)
+    got = []
+    ch.basic_consume(q, lambda c, m, p, body: got.append((m.delivery_tag, body, m.redelivered)))
+    assert pump(conn, lambda: len(got) == 1)
+    ch.basic_nack(got[0][0], requeue=True)         # a: back on B, delivered again
+    assert pump(conn, lambda: len(got) == 2)
+    assert got[1][1:] == (b"a", True)
+    ch.basic_reject(got[1][0], requeue=True)       # a again, by reject
+    assert pump(conn, lambda: len(got) == 3)
+    assert got[2][1:] == (b"a", True)
+    ch.basic_ack(got[2][0])
+    assert pump(conn, lambda: len(got) == 4)
+    ch.basic_reject(got[3][0], requeue=False)      # b: dead-lettered on B
+    assert pump(conn, lambda: len(got) == 5)
+    ch.basic_nack(got[4][0], requeue=False)        # c: dead-lettered on B
+    assert pump(conn, lambda: len(got) == 6)
+    assert got[5][1:] == (b"d", False)
+    ch.basic_ack(got[5][0])
+    assert wait_until(lambda: cluster.on_b(q) == (0, 0))
+    assert [body for body, _r in cluster.drain_b(dead)] == [b"b", b"c"]
+
+
+def test_basic_get_on_a(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    cluster.publish_on_b(q, [b"x", b"y", b"z"])
+    ch = cluster.connect(cluster.a).channel()
+    method, _props, body = ch.basic_get(q)
+    assert (body, method.message_count, method.redelivered) == (b"x", 2, False)
+    ch.basic_ack(method.delivery_tag)
+    method, _props, body = ch.basic_get(q, auto_ack=True)
+    assert body == b"y"
+    method, _props, body = ch.basic_get(q)
+    assert body == b"z"
+    assert ch.basic_get(q) == (None, None, None)   # get-empty: z is unacked on B
+    assert cluster.on_b(q) == (0, 1)
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    again, _props, body = ch.basic_get(q)
+    assert (body, again.redelivered) == (b"z", True)
+    ch.basic_ack(again.delivery_tag)
+    assert wait_until(lambda: cluster.on_b(q) == (0, 0))
+
+
+def test_channel_closed_with_unacked_requeues_on_b(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    cluster.publish_on_b(q, [b"m%d" % i for i in range(5)])
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    got = []
+    ch.basic_consume(q, lambda c, m, p, body: got.append(body))
+    assert pump(conn, lambda: len(got) == 5)
+    assert wait_until(lambda: cluster.on_b(q) == (0, 5))
+    ch.close()
+    assert wait_until(lambda: cluster.on_b(q) == (5, 0))
+    assert cluster.drain_b(q) == [(b"m%d" % i, True) for i in range(5)]
+
+
+def test_cancel_then_ack_after_cancel_still_reaches_b(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    cluster.publish_on_b(q, [b"m%d" % i for i in range(6)])
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=3)
+    got = []
+    tag = ch.basic_consume(q, lambda c, m, p, body: got.append((m.delivery_tag, body)))
+    assert pump(conn, lambda: len(got) == 3)
+    ch.basic_cancel(tag)
+    for delivery_tag, _body in got:  # acks after basic.cancel are allowed
+        ch.basic_ack(delivery_tag)
+    assert wait_until(lambda: cluster.on_b(q) == (3, 0))
+    assert [b for b, _r in cluster.drain_b(q)] == [b"m3", b"m4", b"m5"]
+
+
+def test_queue_deleted_on_b_cancels_consumer_on_a(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    cluster.publish_on_b(q, [b"one"])
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    cancelled, got = [], []
+    ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = ch.basic_consume(q, lambda c, m, p, body: got.append(m.delivery_tag))
+    assert pump(conn, lambda: got)
+    cluster.connect(cluster.b).channel().queue_delete(q)
+    assert pump(conn, lambda: cancelled)
+    assert cancelled == [tag]
+    ch.basic_ack(got[0])  # settling a delivery of the gone queue sends nothing to B
+    assert ch.is_open
+    assert not cluster.b_has(q)
+    # a publish to the placeholder now reaches no queue on B: B returns it, A nacks it
+    pub = cluster.connect(cluster.a).channel()
+    pub.confirm_delivery()
+    with pytest.raises(pika.exceptions.NackError):
+        pub.basic_publish("", q, b"lost", PERSISTENT)
+
+
+def test_leader_stopped_publisher_gets_nacks_consumer_cancelled(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    conn = cluster.connect(cluster.a)
+    pub = conn.channel()
+    pub.confirm_delivery()
+    pub.basic_publish("", q, b"stored", PERSISTENT)
+    sub_conn = cluster.connect(cluster.a)
+    sub = sub_conn.channel()
+    cancelled, got = [], []
+    sub.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    sub.basic_consume(q, lambda c, m, p, body: got.append(body))
+    assert pump(sub_conn, lambda: got == [b"stored"])
+    cluster.b.stop()
+    assert pump(sub_conn, lambda: cancelled)  # link lost: the relayed consumer is cancelled
+    nacked = 0
+    for i in range(20):
+        try:
+            pub.basic_publish("", q, b"after %d" % i, PERSISTENT)
+        except pika.exceptions.NackError:
+            nacked += 1
+    assert nacked == 20  # never an ack for a message no node stored
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.basic_get(q)
+    assert err.value.reply_code == 404 and "node-b" in err.value.reply_text
+
+
+def test_fanout_to_two_placeholders_confirms_only_when_both_leaders_acked(cluster):
+    q1, q2, local, ex = uniq("remote"), uniq("remote"), uniq("local"), uniq("fan")
+    cluster.leader_queue(q1)
+    cluster.leader_queue(q2)
+    ch = cluster.connect(cluster.a).channel()
+    ch.exchange_declare(ex, "fanout")
+    ch.queue_declare(local)
+    for name in (q1, q2, local):
+        ch.queue_bind(name, ex)
+    ch.confirm_delivery()
+    ch.basic_publish(ex, "", b"both", PERSISTENT)
+    assert cluster.on_b(q1) == (1, 0) and cluster.on_b(q2) == (1, 0)
+    cluster.connect(cluster.b).channel().queue_delete(q2)
+    with pytest.raises(pika.exceptions.NackError):  # q1 and the local queue have it, q2 not
+        ch.basic_publish(ex, "", b"one missing", PERSISTENT)
+    assert cluster.on_b(q1) == (2, 0)
+
+
+def test_tx_commit_on_a_answers_once_b_has_the_messages(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    ch = cluster.connect(cluster.a).channel()
+    ch.tx_select()
+    for i in range(5):
+        ch.basic_publish("", q, b"t%d" % i, PERSISTENT)
+    assert cluster.on_b(q) == (0, 0)
+    ch.tx_commit()
+    assert cluster.on_b(q) == (5, 0)
+
+
+def test_no_ack_consumer_on_a(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    cluster.publish_on_b(q, [b"m%d" % i for i in range(1000)])
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    got = []
+    ch.basic_consume(q, lambda c, m, p, body: got.append(body), auto_ack=True)
+    assert pump(conn, lambda: len(got) == 1000)
+    assert got == [b"m%d" % i for i in range(1000)]
+    assert wait_until(lambda: cluster.on_b(q) == (0, 0))
+
+
+def test_leader_refusing_the_consume_cancels_the_consumer_on_a(cluster):
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    holder = cluster.connect(cluster.b).channel()
+    holder.basic_consume(q, lambda *a: None, exclusive=True)  # B's queue is in exclusive use
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    cancelled = []
+    ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = ch.basic_consume(q, lambda *a: None)  # consume-ok is local; B's 403 comes after
+    assert pump(conn, lambda: cancelled)
+    assert cancelled == [tag] and ch.is_open
