@@ -187,12 +187,20 @@ class Application:
         config = self.config
         loop = asyncio.get_running_loop()
         held_lock = None
-        if config.cluster:
+        if config.cluster and config.cluster_mode == "leaders":
+            from exchange_broker.cluster.node import ClusterStartError
+            from exchange_broker.cluster.serve_leaders import start_leaders
+            try:  # store, durability, broker, node
+                await start_leaders(self, build_broker, LoopClock(loop), advertised)
+            except ClusterStartError as exc:
+                raise StartupError(str(exc)) from None
+            config = self.config
+        elif config.cluster:
             held_lock = await self._join_cluster()
             if held_lock is None:
                 return False
             config = self.config  # with its bound ports and this node's database session name
-        if not config.in_memory:
+        if self.broker is None and not config.in_memory:
             from exchange_broker.durability.sql import SqlDurability
             self.store, self.store_lock = await loop.run_in_executor(None, open_store, config, held_lock)
             if self.cluster is not None and not await self.cluster.become_active(self.store, self.should_exit):
@@ -203,10 +211,11 @@ class Application:
                 self._lock_watch = loop.create_task(self._watch_lock(), name="store-lock")
             self.durability = SqlDurability(self.store, loop, window=config.queue_window,
                                             fsync_streams=config.stream_fsync)
-        self.broker = await self._warm_broker() or \
-            build_broker(LoopClock(loop), durability=self.durability, config=config)
-        if self.durability is not None:
-            recover(self.broker, self.durability, config.queue_window)
+        if self.broker is None:
+            self.broker = await self._warm_broker() or \
+                build_broker(LoopClock(loop), durability=self.durability, config=config)
+            if self.durability is not None:
+                recover(self.broker, self.durability, config.queue_window)
         gc.collect()
         gc.freeze()  # start-up objects are never scanned again: full GC pauses drop from ~250 to ~60 ms
         # a young collection every GC_YOUNG net new objects, not every 700: a burst of publishes
@@ -219,7 +228,8 @@ class Application:
             self.server.guard = self.cluster.guard
         await self.server.start()
         self.admin = await start_admin(config, self.broker, self.server)
-        if config.port_file and not config.cluster:  # a cluster node wrote it when it began to listen
+        if config.port_file and (not config.cluster or config.cluster_mode == "leaders"):
+            # an active/standby node wrote it when it began to listen
             with open(config.port_file, "w") as fh:
                 fh.write(str(self.server.port))
         if self.cluster is not None:

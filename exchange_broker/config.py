@@ -126,6 +126,11 @@ class Config:
                             group="cluster")
     node_name: str | None = setting(None, "this node's name in the cluster (unique among the nodes)",
                                     group="cluster", default_text="host:port of the AMQP listener")
+    cluster_mode: str = setting(
+        "active-standby", "how the nodes share the work: active-standby (one node serves, the others pass "
+        "their clients to it and take over when it dies) or leaders (every node serves; each durable "
+        "queue has a leader node, the others forward to it; a dead node's queues are spread over the "
+        "live ones)", group="cluster", choices=("active-standby", "leaders"))
     cluster_heartbeat: float = setting(1.0, "seconds between a node's heartbeats (and lease renewals)",
                                        group="cluster")
     cluster_failover_timeout: float = setting(

@@ -51,6 +51,16 @@ class DefinitionRows:
     defs: Definitions
     policies: list[dict] = field(default_factory=list)
     limits: limits_store.LimitsAndTopics | None = None
+    leaders: dict | None = None  # (vhost, queue) -> Leader: a cluster with per-queue leaders
+
+
+@dataclass
+class Placeholders:
+    """How a node with per-queue leaders stands for queues: ``make(vh, name, row)`` builds the
+    object for a stored queue it has none for, ``keep(q)`` protects a queue from removal (one
+    declared here whose row this read did not see yet)."""
+    make: Callable
+    keep: Callable
 
 
 def load_rows(cluster_store: ClusterStore, store) -> DefinitionRows:
@@ -59,7 +69,7 @@ def load_rows(cluster_store: ClusterStore, store) -> DefinitionRows:
     return DefinitionRows(version, store.load_definitions(), load_policies(store), limits_store.load(store))
 
 
-def apply_rows(broker, rows: DefinitionRows) -> dict:
+def apply_rows(broker, rows: DefinitionRows, placeholders: Placeholders | None = None) -> dict:
     """Make ``broker``'s definitions those of ``rows``, changing only what differs, without a
     write to the store. Returns how many things were added/changed and removed."""
     counts = {"changed": 0, "removed": 0}
@@ -69,7 +79,7 @@ def apply_rows(broker, rows: DefinitionRows) -> dict:
         _vhosts(broker, rows.defs, counts)
         _users(broker, rows.defs, counts)
         _exchanges(broker, rows.defs, counts)
-        _queues(broker, rows.defs, counts)
+        _queues(broker, rows.defs, counts, placeholders)
         _bindings(broker, rows.defs, counts)
         _policies(broker, rows.policies, counts)
         if rows.limits is not None:
@@ -137,7 +147,7 @@ def _exchanges(broker, defs: Definitions, counts: dict) -> None:
                 counts["removed"] += 1
 
 
-def _queues(broker, defs: Definitions, counts: dict) -> None:
+def _queues(broker, defs: Definitions, counts: dict, placeholders: Placeholders | None) -> None:
     wanted = {(r["vhost"], r["name"]): r for r in defs.queues}
     for (vhost, name), r in wanted.items():
         vh = broker.vhosts.get(vhost)
@@ -147,9 +157,14 @@ def _queues(broker, defs: Definitions, counts: dict) -> None:
         if have is not None and have.store_id == r["id"]:
             continue
         if have is not None:  # deleted and declared again
+            if placeholders is not None and placeholders.keep(have):
+                continue
             vh.remove_queue(have)
         try:
-            q = broker.make_queue(vh, name, True, None, r["auto_delete"], decode_args(r["arguments"]))
+            if placeholders is not None:
+                q = placeholders.make(vh, name, r)
+            else:
+                q = broker.make_queue(vh, name, True, None, r["auto_delete"], decode_args(r["arguments"]))
         except Exception as exc:  # noqa: BLE001 - a row this broker cannot declare: the others still load
             log.warning("cluster: stored queue '%s' in vhost '%s' cannot be loaded: %s", name, vhost, exc)
             continue
@@ -159,6 +174,8 @@ def _queues(broker, defs: Definitions, counts: dict) -> None:
     for vh in list(broker.vhosts.values()):
         for name, q in list(vh.queues.items()):
             if q.store_id is not None and (vh.name, name) not in wanted:
+                if placeholders is not None and placeholders.keep(q):
+                    continue
                 vh.remove_queue(q)
                 counts["removed"] += 1
 
@@ -253,7 +270,19 @@ class DefinitionsMirror:
     ``on_version(v)`` is called on the loop after version ``v`` is applied."""
 
     def __init__(self, cluster_store: ClusterStore, store, broker,
-                 on_version: Callable[[int], None] = lambda v: None, owns_store: bool = False) -> None:
+                 on_version: Callable[[int], None] = lambda v: None, owns_store: bool = False,
+                 load: Callable[..., DefinitionRows] = load_rows, placeholders: Placeholders | None = None,
+                 on_loaded: Callable[[DefinitionRows], None] = lambda rows: None,
+                 on_applied: Callable[[DefinitionRows], None] = lambda rows: None,
+                 local_writes: Callable[[], tuple[int, int]] | None = None) -> None:
+        self.load = load  # (cluster_store, store) -> rows, blocking
+        # a node that also writes definitions: (issued, done) counts of its own definition writes;
+        # a read that one of them may have missed is not applied (the broker is ahead of it): the
+        # mirror reads again
+        self.local_writes = local_writes
+        self.on_loaded = on_loaded  # on the loop, before each apply
+        self.placeholders = placeholders
+        self.on_applied = on_applied  # on the loop, after each apply
         self.cluster_store = cluster_store
         self.store = store
         self.owns_store = owns_store  # close the store on stop
@@ -268,7 +297,8 @@ class DefinitionsMirror:
     async def start(self) -> None:
         """Load the definitions now, then follow every change."""
         self.loop = asyncio.get_running_loop()
-        await self._reload()
+        while not await self._reload():
+            pass
         self.listener = DefinitionsListener(self.cluster_store, self.version, self._heard, self._heard).start()
 
     def _heard(self, version: int) -> None:  # on the listener's thread
@@ -288,7 +318,8 @@ class DefinitionsMirror:
         while True:
             self._again = False
             try:
-                await self._reload()
+                if not await self._reload():
+                    self._again = True
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a database hiccup: try again shortly
@@ -299,15 +330,23 @@ class DefinitionsMirror:
             if not self._again:
                 return
 
-    async def _reload(self) -> None:
-        rows = await self.loop.run_in_executor(None, load_rows, self.cluster_store, self.store)
+    async def _reload(self) -> bool:
+        """Read and apply the store's definitions; False: read again (see ``local_writes``)."""
+        before = self.local_writes() if self.local_writes is not None else None
+        rows = await self.loop.run_in_executor(None, self.load, self.cluster_store, self.store)
         if rows.version < self.version:
-            return  # an older read finished late
-        counts = apply_rows(self.broker, rows)
+            return True  # an older read finished late
+        if before is not None and (before[0] != before[1] or self.local_writes() != before):
+            await asyncio.sleep(0.05)  # this node's own writes were under way: read again
+            return False
+        self.on_loaded(rows)
+        counts = apply_rows(self.broker, rows, self.placeholders)
+        self.on_applied(rows)
         self.version = rows.version
         log.debug("cluster: definitions version %d applied (%d changed, %d removed)", rows.version,
                   counts["changed"], counts["removed"])
         self.on_version(rows.version)
+        return True
 
     async def stop(self) -> None:
         if self.listener is not None:

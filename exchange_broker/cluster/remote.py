@@ -36,6 +36,7 @@ from exchange_broker.cluster.link import LinkError
 from exchange_broker.cluster.links import FLOW_HIGH, Address, Links, spawn
 from exchange_broker.cluster.relay import ACK, NACK, REJECT, Getter, Relay, TagMap
 from exchange_broker.core.message import Message
+from exchange_broker.core.ports import Waiter
 from exchange_broker.core.names import describe
 from exchange_broker.core.queue import QueueType
 from exchange_broker.core.queue_args import QueueOptions
@@ -45,17 +46,25 @@ from exchange_broker.protocol.errors import AMQPError
 log = logging.getLogger("exchange_broker.cluster")
 
 
+def address_of(leader) -> Address | None:
+    """The AMQP address of a ``persistence.cluster_leaders.Leader`` (None: not a live node)."""
+    if leader is None or not leader.amqp_address:
+        return None
+    host, _, port = leader.amqp_address.rpartition(":")
+    return Address(host.strip("[]"), int(port))
+
+
 class RemoteQueue(QueueType):
     remote = True
 
-    def __init__(self, broker, vhost: str, name: str, *, links: Links, address: Address,
+    def __init__(self, broker, vhost: str, name: str, *, links: Links, address: Address | None,
                  leader: str = "", durable: bool = True, auto_delete: bool = False,
                  arguments: dict | None = None, options: QueueOptions | None = None) -> None:
         super().__init__(broker, vhost, name, durable, None, auto_delete, arguments, options)
         self.queue_type = self.arguments.get("x-queue-type") or "classic"  # the leader's type
         self.links = links
-        self.address = Address(*address)
-        self.leader = leader or f"{self.address.host}:{self.address.port}"
+        self.address = Address(*address) if address is not None else None  # None: no live leader
+        self.leader = leader or (f"{self.address.host}:{self.address.port}" if self.address else "?")
         self.tags = TagMap()               # relayed messages not yet settled
         self.relays: dict = {}             # local consumer -> Relay
         self.getter = Getter(self)
@@ -90,6 +99,10 @@ class RemoteQueue(QueueType):
         properties (``expiration``), the queue's own TTL applies on the leader."""
         msg.queue = self
         self.stats_published += 1
+        if self.address is None:  # no live leader yet (a failover is under way): the publisher gets a nack
+            w = Waiter()
+            w.fire(False)
+            return w
         fw = self.links.forwarder(self.address, self.vhost)
         waiter = fw.publish(self.name, msg.properties, msg.body)
         if publisher is not None and fw.in_flight > FLOW_HIGH and publisher not in self.flow_blocked:
@@ -102,8 +115,32 @@ class RemoteQueue(QueueType):
     def add_consumer(self, consumer) -> None:
         self.had_consumer = True
         self.consumers.append(consumer)
+        if self.address is not None:  # else it waits for a leader (``retarget``)
+            self._relay(consumer)
+
+    def _relay(self, consumer) -> None:
         relay = self.relays[consumer] = Relay(self, consumer)
         relay.start()
+
+    def retarget(self, leader) -> bool:
+        """The queue's leader is ``leader`` now (a ``Leader``: node name, AMQP address; None or no
+        address: none is alive yet). Consumers relayed from the old leader are cancelled
+        (basic.cancel: they consume again through this node and get the new leader's messages,
+        unacked ones redelivered); consumers that waited for a leader start now. True if it moved."""
+        address = address_of(leader)
+        name = leader.node if leader is not None else ""
+        if address == self.address and (not name or name == self.leader):
+            return False
+        self.address, self.leader = address, name or self.leader
+        for relay in list(self.relays.values()):
+            relay.gone()
+        spawn(self.getter.close())
+        self._return_leftovers()
+        if address is not None:
+            for consumer in list(self.consumers):
+                if consumer not in self.relays:
+                    self._relay(consumer)
+        return True
 
     def remove_consumer(self, consumer) -> None:
         try:
@@ -182,6 +219,8 @@ class RemoteQueue(QueueType):
     async def _fetch(self) -> None:
         msg = None
         try:
+            if self.address is None:
+                raise LinkError("no node leads it now (a failover is under way)")
             msg = await self.getter.fetch()
         except (LinkError, OSError) as exc:
             self.get_errors.append(str(exc))

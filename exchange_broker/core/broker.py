@@ -8,6 +8,7 @@ stored, ``core/ports.py``), the clock (timers, ``core/clock.py``) and the queue 
 
 from __future__ import annotations
 
+import hmac
 import logging
 import platform
 from typing import Callable
@@ -68,6 +69,9 @@ class Broker:
         self.alarms: dict[str, str] = {}  # resource alarms in force: name -> detail
         self.reply_to = ReplyTo()
         self.loopback_users = set(loopback_users)
+        # (name, password) of the user the nodes of a cluster log in to each other as: never stored,
+        # not listed, and allowed everything in every vhost (None: not a cluster node)
+        self.link_login: tuple[str, str] | None = None
         self.delayed = DelayedExchanges(self)  # messages held by x-delayed-message exchanges
         # while a run of publishes is routed, queues that could deliver wait here and dispatch
         # once at its end (see dispatch_deferred); None: they dispatch at once
@@ -162,6 +166,11 @@ class Broker:
                      mechanism: str = "PLAIN") -> str:
         """The user name, or 403. ``password`` None: EXTERNAL, the user was vouched for by a
         verified TLS client certificate and only has to exist."""
+        if self.link_login is not None and username == self.link_login[0]:
+            if password is not None and hmac.compare_digest(password.encode(), self.link_login[1].encode()):
+                return username
+            raise AMQPError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
+                            f"{mechanism}. For details see the broker logfile.", 10, 11, hard=True)
         user = self.users.get(username)
         if user is None or (password is not None and not user.check(password)):
             raise AMQPError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
@@ -178,9 +187,12 @@ class Broker:
         limits.check_connection(self, user, vhost)  # vhost and user max-connections (530)
         if vhost not in self.vhosts:
             raise AMQPError(NOT_ALLOWED, f"vhost {vhost} not found", 10, 40, hard=True)
-        if (user, vhost) not in self.permissions:
+        if (user, vhost) not in self.permissions and not self.is_link_user(user):
             raise AMQPError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{user}'",
                             10, 40, hard=True)
+
+    def is_link_user(self, user: str) -> bool:
+        return self.link_login is not None and user == self.link_login[0]
 
     def check_write(self, session: Connection, exchange: str, routing_key: str | None = None) -> None:
         """basic.publish: write permission on the exchange (403 before the 404, as RabbitMQ), then

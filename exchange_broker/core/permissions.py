@@ -90,9 +90,12 @@ def resource_name(kind: str, name: str) -> str:
     return "amq.default" if kind == "exchange" and name == "" else name
 
 
+LINK_USER_PERMISSIONS = (".*", ".*", ".*")  # the cluster's nodes, logged in to each other (Broker.link_login)
+
+
 def allowed(broker, user: str, vhost: str, kind: str, name: str, perm: int) -> bool:
     """Does ``user`` hold permission ``perm`` (CONFIGURE/WRITE/READ) on the resource?"""
-    triple = broker.permissions.get((user, vhost))
+    triple = broker.permissions.get((user, vhost)) or (LINK_USER_PERMISSIONS if broker.is_link_user(user) else None)
     return triple is not None and matches(triple[perm], resource_name(kind, name))
 
 
@@ -112,7 +115,7 @@ def check(sess: Connection, perm: int, kind: str, name: str) -> None:
     broker = sess.broker
     vhost = sess.vhost.name
     user = sess.user
-    triple = broker.permissions.get((user, vhost))
+    triple = broker.permissions.get((user, vhost)) or (LINK_USER_PERMISSIONS if broker.is_link_user(user) else None)
     cache = sess.__dict__.get("_perm_cache")
     if cache is None or cache[0] is not triple:
         cache = sess._perm_cache = (triple, set())

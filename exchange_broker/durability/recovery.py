@@ -23,8 +23,10 @@ def decode_args(raw: bytes | None) -> dict:
     return pdecode.field_table(raw)[1]
 
 
-def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
-    """Load vhosts, durable exchanges, queues and bindings; page in each queue's first window."""
+def restore(broker: Broker, durability: SqlDurability, window: int, place=None) -> dict:
+    """Load vhosts, durable exchanges, queues and bindings; page in each queue's first window.
+    ``place(vhost, row)``: a cluster node with per-queue leaders gives the object that stands for
+    a queue another node leads (None: this node leads it and restores it)."""
     store = durability.store
     defs = store.load_definitions()
     if defs.users or not durability.seed_access(broker):  # a fresh store gets the defaults, once
@@ -48,9 +50,15 @@ def restore(broker: Broker, durability: SqlDurability, window: int) -> dict:
     to_page = []
     for r in defs.queues:
         vh = broker.add_vhost(r["vhost"], store=False)
+        max_id = max(max_id, r["id"])
+        elsewhere = place(vh, r) if place is not None else None
+        if elsewhere is not None:
+            elsewhere.store_id = r["id"]
+            vh.queues[elsewhere.name] = elsewhere
+            counts["queues"] += 1
+            continue
         q = broker.make_queue(vh, r["name"], True, None, r["auto_delete"], decode_args(r["arguments"]))
         q.store_id = r["id"]
-        max_id = max(max_id, r["id"])
         if q.restore(durability, r, window):  # each queue type rebuilds its own state
             to_page.append(q)
         vh.queues[q.name] = q

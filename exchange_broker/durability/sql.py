@@ -53,6 +53,13 @@ class SqlDurability(DelayedWrites):
         self.loop = loop
         self.writer = GroupCommitWriter(store, self._on_done_thread)
         self.next_queue_id = 1  # SQLite: this process allocates queue ids
+        # a cluster with per-queue leaders: called on the writer thread once a declared queue's row
+        # is written / a deleted queue's row is gone, (vhost, name)
+        # definition writes issued and finished (a cluster node's definitions mirror applies a read
+        # of the store only if none of this node's own writes was under way meanwhile)
+        self.definitions_issued = self.definitions_done = 0
+        self.on_queue_stored: Callable[[str, str], None] | None = None
+        self.on_queue_dropped: Callable[[str, str], None] | None = None
         self._queue_ids: deque[int] = deque()  # PostgreSQL: ids reserved from the store's sequence
         self._shared_ids = False
         self._reserving = False
@@ -102,7 +109,12 @@ class SqlDurability(DelayedWrites):
         for it."""
         self.flush()
         waiter = self.pending_definition = Waiter()
+        self.definitions_issued += 1
+        waiter.add(self._definition_written, None)
         self.writer.submit_call(waiter, lambda store: _definition_write(store, fn))
+
+    def _definition_written(self, _arg, _ok: bool) -> None:
+        self.definitions_done += 1
 
     def read(self, fn: Callable, *args, done: Callable[[object, BaseException | None], None]) -> None:
         """``fn(store, *args)`` on an executor thread, then ``done(result, None)`` (or
@@ -234,8 +246,14 @@ class SqlDurability(DelayedWrites):
         args = encode_args(q.arguments)
         qid = q.store_id
         self.attach(q, self.window)
-        self.write(lambda s: s.put_queue(q.vhost, q.name, q.durable, False, q.auto_delete, args,
-                                               queue_id=qid))
+        stored = self.on_queue_stored
+        vhost, name = q.vhost, q.name
+
+        def put(s):
+            s.put_queue(vhost, name, q.durable, False, q.auto_delete, args, queue_id=qid)
+            if stored is not None:
+                stored(vhost, name)  # a cluster node claims the queue it declared (writer thread)
+        self.write(put)
 
     def reserve_queue_ids(self) -> None:
         """At start-up (blocking): a store shared by several processes (PostgreSQL) hands out
@@ -270,7 +288,14 @@ class SqlDurability(DelayedWrites):
     def queue_deleted(self, q) -> None:
         if q.store_id is None:
             return
-        self.write(lambda s: s.delete_queue(q.vhost, q.name))
+        dropped = self.on_queue_dropped
+        vhost, name = q.vhost, q.name
+
+        def delete(s):
+            s.delete_queue(vhost, name)
+            if dropped is not None:
+                dropped(vhost, name)  # a cluster node: the queue's lease goes too (writer thread)
+        self.write(delete)
 
     def binding_added(self, vhost, source, dest_type, dest, routing_key, arguments) -> None:
         args = encode_args(arguments)

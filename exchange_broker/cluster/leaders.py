@@ -1,0 +1,195 @@
+"""This process as a node of a cluster with per-queue leaders (``--cluster-mode leaders``).
+
+Every node serves clients. Each durable queue has one leader node, which holds its messages and
+dispatches its deliveries; the other nodes keep a placeholder (``remote.py``) that forwards
+publishes to the leader and relays its deliveries (``link.py``). The store's rows say who leads
+what (``persistence/cluster_leaders.py``):
+
+* the node registers (role ``leader``), beats every ``--cluster-heartbeat`` seconds and, on each
+  beat, lets the cluster settle: dead nodes (no beat within the failover timeout) are evicted and
+  their queues spread over the live nodes, the fewest-led first;
+* every write of the node's store is fenced by its own row (``node_fence``): once evicted, a node
+  that was only paused cannot write again, and its ``guard`` stops it (exit 1) before it answers a
+  client when its last confirmed beat is older than its lease allows;
+* a durable queue declared here is claimed by this node (placement: the declaring node);
+* the definitions mirror (``definitions.py``) runs on every node and reloads the leaders with the
+  definitions: ``placement.py`` turns each placeholder this node now leads into the real queue
+  (restored from the store: every confirmed message back, unacked ones marked redelivered), and
+  points the other placeholders at their leaders.
+
+All store calls run on an executor thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from persistence.cluster_leaders import Leader, LeadersStore, node_fence
+from persistence.cluster_store import ClusterStore, NodeNameInUse
+from sqlalchemy.exc import SQLAlchemyError
+
+from exchange_broker.cluster.node import ClusterStartError
+
+log = logging.getLogger("exchange_broker.cluster")
+
+LINK_USER = "exchange-broker-cluster"  # the user nodes log in to each other as (never stored)
+
+
+class LeaderNode:
+    mode = "leaders"
+
+    def __init__(self, store_url: str, name: str, heartbeat: float, failover_timeout: float) -> None:
+        self.name = name
+        self.heartbeat = heartbeat
+        self.failover_timeout = failover_timeout
+        self.store = ClusterStore(store_url, failover_timeout)
+        self.leaders_store = LeadersStore(self.store)
+        self.incarnation: int | None = None
+        self.role = "leader"
+        self.broker = None
+        self.link_secret = ""
+        self.leaders: dict[tuple[str, str], Leader] = {}
+        self.on_lost: Callable[[str], None] = lambda why: None  # fail-stop (the application exits)
+        self.on_leaders: Callable[[], None] = lambda: None  # the leaders changed: place the queues again
+        self.listening: tuple[str, str] = ("", "")
+        self.last_beat_ok = time.monotonic()
+        self.stale_after = max(failover_timeout - heartbeat, heartbeat)
+        self._task: asyncio.Task | None = None
+        self.mirror = None  # the definitions and leaders, followed (serve_leaders.py)
+        self.links = None   # this node's links to the others (links.Links)
+        self.lock = None    # no store lock: every node writes (fenced by its own row)
+
+    async def _call(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    # -- joining ----------------------------------------------------------------------------------------
+    async def join(self) -> None:
+        """Register (the schema must be there) and read the link secret and the leaders."""
+        amqp, admin = self.listening
+        started = time.monotonic()
+        try:
+            self.incarnation = await self._call(
+                lambda: self.store.register(self.name, role="leader", amqp_address=amqp, admin_address=admin))
+        except NodeNameInUse as exc:
+            raise ClusterStartError(str(exc)) from None
+        self.last_beat_ok = started
+        await self._call(self.leaders_store.resume, self.name)  # what it led before a restart, unless moved
+        self.link_secret = await self._call(self.leaders_store.link_secret)
+        self.leaders = await self._call(self.leaders_store.leaders)
+        log.info("cluster: node '%s' joined (incarnation %d); every node serves, each queue has a leader",
+                 self.name, self.incarnation)
+
+    def fence(self, conn) -> None:
+        """``SqlStore.write_fence``: every write of this node's store, in its own transaction."""
+        node_fence(conn, self.name, self.incarnation)
+
+    def leads(self, vhost: str, queue: str) -> bool:
+        held = self.leaders.get((vhost, queue))
+        return held is not None and held.node == self.name
+
+    def claim(self, vhost: str, queue: str) -> Leader:
+        """Blocking (the store's writer thread, right after the queue's row is written): lead a
+        queue declared on this node, unless a live node already does."""
+        leader = self.leaders_store.claim(vhost, queue, self.name)
+        if leader.node != self.name:
+            log.error("cluster: queue '%s' in vhost '%s' was declared here and on node '%s' at the same "
+                      "time; '%s' leads it", queue, vhost, leader.node, leader.node)
+        return leader
+
+    def guard(self) -> None:
+        """Before this node answers a client: a node whose last confirmed beat is older than its
+        lease allows may have been evicted (paused, cut off from the database), so it stops."""
+        if self.role == "leader" and time.monotonic() - self.last_beat_ok > self.stale_after:
+            self._lose(f"its last heartbeat was {time.monotonic() - self.last_beat_ok:.1f} s ago, longer than its "
+                       f"lease allows ({self.stale_after:.1f} s): other nodes may lead its queues now")
+
+    # -- serving ----------------------------------------------------------------------------------------
+    async def serving(self, broker, amqp_address: str, admin_address: str) -> None:
+        self.broker = broker
+        await self._call(lambda: self.store.update_node(self.name, self.incarnation, amqp_address=amqp_address,
+                                                        admin_address=admin_address))
+        await self._call(self.store.bump_definitions)  # the other nodes learn where its queues are
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="cluster-heartbeat")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - one bad beat must not end the heartbeat
+                log.exception("cluster: heartbeat failed")
+
+    async def tick(self) -> None:
+        await self.renew()
+        if self.role != "leader":
+            return
+        try:
+            evicted, given = await self._call(self.leaders_store.settle, self.name)
+        except SQLAlchemyError as exc:
+            log.warning("cluster: settling the leaders failed: %s", " ".join(str(exc).split())[:300])
+            return
+        if evicted:
+            log.warning("cluster: node(s) %s missed their heartbeats and left the cluster; %d queue(s) moved "
+                        "to live nodes", ", ".join(evicted), given)
+        elif given:
+            log.info("cluster: %d queue(s) without a live leader given to live nodes", given)
+
+    async def renew(self) -> bool:
+        started = time.monotonic()
+        try:
+            beat = await self._call(self.store.heartbeat, self.name, self.incarnation, None)
+        except SQLAlchemyError as exc:
+            log.warning("cluster: heartbeat failed: %s", " ".join(str(exc).split())[:300])
+            return True  # unknown: the guard decides once the lease may have run out
+        if not beat:
+            self._lose("it was removed from the cluster (another node leads its queues now) or restarted elsewhere")
+            return False
+        self.last_beat_ok = started
+        return True
+
+    async def refresh_leaders(self) -> dict[tuple[str, str], Leader]:
+        self.leaders = await self._call(self.leaders_store.leaders)
+        return self.leaders
+
+    def _lose(self, why: str) -> None:
+        log.error("cluster: node '%s' stops serving: %s", self.name, why)
+        self.role = "lost"
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+        self.on_lost(why)
+
+    # -- views and the end ------------------------------------------------------------------------
+    async def nodes(self) -> list[dict]:
+        return await self._call(self.store.nodes)
+
+    def amqp_target(self) -> str | None:
+        return None  # every node serves: no connection is passed on
+
+    def admin_target(self) -> str | None:
+        return None
+
+    async def stop(self) -> None:
+        """A clean stop: no more beats; the node's row goes, so its queues move at the next beat of
+        another node."""
+        if self.mirror is not None:
+            mirror, self.mirror = self.mirror, None
+            await mirror.stop()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        if self.links is not None:
+            await self.links.close()
+        if self.incarnation is not None and self.role != "lost":
+            try:
+                await self._call(self.store.deregister, self.name, self.incarnation)
+            except SQLAlchemyError as exc:
+                log.warning("cluster: could not leave the cluster cleanly: %s", " ".join(str(exc).split())[:300])
+        await self._call(self.store.close)

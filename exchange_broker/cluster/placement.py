@@ -1,0 +1,104 @@
+"""Which object stands for each durable queue on this node (``--cluster-mode leaders``): the real
+queue where this node leads it, a placeholder (``RemoteQueue``) pointed at the leader elsewhere.
+
+:meth:`Placement.place` runs on the loop after every definitions reload (the leaders come with the
+definitions, ``definitions.load_rows``):
+
+* a placeholder of a queue this node now leads (its leader died and the queue was given here, or
+  the node restarted) becomes the real queue: its row and messages are read back from the store,
+  as at start-up, so every confirmed message is there and unacked ones come back marked
+  redelivered; the placeholder's relayed consumers are cancelled (consumer-cancel-notify) and
+  re-consume here;
+* a placeholder whose leader moved is pointed at the new one;
+* a real queue this node no longer leads (declared here and on another node at the same moment,
+  and that node won) becomes a placeholder.
+
+The store reads of a promotion run on the loop (a failover is rare; the first window of the queue
+is read, the rest pages in as usual).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from exchange_broker.durability.recovery import decode_args
+from exchange_broker.durability.sql import message_from_row
+
+log = logging.getLogger("exchange_broker.cluster")
+
+
+class Placement:
+    def __init__(self, node, broker, durability, window: int,
+                 make_remote: Callable[..., object], is_remote: Callable[[object], bool]) -> None:
+        self.node = node
+        self.broker = broker
+        self.durability = durability
+        self.window = window
+        self.make_remote = make_remote  # (broker, vhost name, queue name, row, leader) -> placeholder
+        self.is_remote = is_remote
+        self.seen: set[int] = set()  # queue ids some read of the definitions had
+
+    def keep(self, q) -> bool:
+        """A real queue whose row no read has had yet was declared here a moment ago: a reload
+        that raced the declare must not remove it."""
+        return not self.is_remote(q) and q.store_id not in self.seen
+
+    def leads(self, key: tuple[str, str]) -> bool:
+        held = self.node.leaders.get(key)
+        return held is not None and held.node == self.node.name
+
+    def placeholder(self, vh, name: str, row: dict):
+        """``definitions.apply_rows``'s factory for a queue row it has no object for."""
+        return self.make_remote(self.broker, vh.name, name, row, self.node.leaders.get((vh.name, name)))
+
+    def place(self, queue_rows: list[dict]) -> dict:
+        counts = {"promoted": 0, "demoted": 0, "retargeted": 0}
+        touched = set()
+        for row in queue_rows:
+            key = (row["vhost"], row["name"])
+            vh = self.broker.vhosts.get(key[0])
+            have = vh.queues.get(key[1]) if vh is not None else None
+            if have is None or have.store_id != row["id"]:
+                continue
+            leader = self.node.leaders.get(key)
+            if self.leads(key):
+                if self.is_remote(have):
+                    self._promote(vh, have, row)
+                    counts["promoted"] += 1
+                    touched.add(vh)
+            elif not self.is_remote(have):
+                if leader is None:
+                    continue  # declared here a moment ago: the claim is on its way
+                log.error("cluster: queue '%s' in vhost '%s' is led by node '%s': this node's copy is dropped",
+                          key[1], key[0], leader.node)
+                self._swap(vh, have, self.make_remote(self.broker, vh.name, key[1], row, leader))
+                counts["demoted"] += 1
+            elif have.retarget(leader):
+                counts["retargeted"] += 1
+        for vh in touched:
+            vh.policies.apply_all()
+        if any(counts.values()):
+            log.info("cluster: queues placed: %(promoted)d now led here, %(demoted)d dropped, "
+                     "%(retargeted)d led by another node now", counts)
+        return counts
+
+    def _promote(self, vh, placeholder, row: dict) -> None:
+        q = self.broker.make_queue(vh, row["name"], True, None, row["auto_delete"], decode_args(row["arguments"]))
+        q.store_id = row["id"]
+        if q.restore(self.durability, row, self.window):  # the first window now, the rest pages in
+            rows = self.durability.store.load_messages(q.store_id, q.page_cursor, min(q.window or q.paged, q.paged))
+            q.refilled([message_from_row(q, r) for r in rows], q.page_epoch)
+        self._swap(vh, placeholder, q)
+        log.warning("cluster: node '%s' leads queue '%s' in vhost '%s' now (%d messages)", self.node.name,
+                    q.name, vh.name, q.message_count)
+
+    def _swap(self, vh, old, new) -> None:
+        """``new`` stands for the queue from now on; ``old``'s consumers are cancelled (the
+        bindings name the queue, so they stay)."""
+        old.deleted = True
+        self.broker.on_queue_deleted(old)
+        old.on_deleted()
+        new.on_empty_consumers = old.on_empty_consumers
+        vh.queues[new.name] = new
+        new.dispatch()

@@ -1,0 +1,123 @@
+"""Start a node of a cluster with per-queue leaders (``serve --cluster --cluster-mode leaders``).
+
+The order matters:
+
+1. open the shared store (its schema migrated by one node at a time: an advisory lock) and
+   register the node (``leaders.LeaderNode``): every write of the store is fenced by the node's
+   row from then on;
+2. restore the store into a broker: the queues this node leads with their messages, the others as
+   placeholders (``remote.RemoteQueue``) pointed at their leaders;
+3. follow the definitions and the leaders (``definitions.DefinitionsMirror`` with
+   ``placement.Placement``): queues given to this node become real, placeholders follow their
+   leaders;
+4. listen (AMQP, admin API) and beat.
+
+The nodes log in to each other as ``leaders.LINK_USER`` with the cluster's link secret
+(``Broker.link_login``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+from persistence.cluster_leaders import LeadersStore
+from persistence.cluster_store import tagged_url
+from sqlalchemy import text
+
+from exchange_broker.cluster.definitions import DefinitionsMirror, Placeholders, load_rows
+from exchange_broker.cluster.leaders import LINK_USER, LeaderNode
+from exchange_broker.cluster.links import Links
+from exchange_broker.cluster.node import ClusterStartError
+from exchange_broker.cluster.placement import Placement
+from exchange_broker.cluster.remote import RemoteQueue, address_of
+from exchange_broker.durability.recovery import decode_args, restore
+
+log = logging.getLogger("exchange_broker.cluster")
+
+MIGRATION_LOCK = "exchange-broker: migrate"
+
+
+def open_shared_store(url: str, sqlite_synchronous: str):
+    """The store every node writes to; one node at a time brings its schema up to date."""
+    from persistence.sql_store import SqlStore
+    store = SqlStore(url, sqlite_synchronous=sqlite_synchronous)
+    store.open(migrate_schema=False)
+    with store.engine.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_lock(hashtext(:k))"), {"k": MIGRATION_LOCK})
+        try:
+            store.open()
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(hashtext(:k))"), {"k": MIGRATION_LOCK})
+            conn.commit()
+    return store
+
+
+def is_remote(q) -> bool:
+    return isinstance(q, RemoteQueue)
+
+
+async def start_leaders(app, build_broker, clock, advertised) -> None:
+    """Steps 1-3 of the module's docstring: ``app.store``, ``app.durability``, ``app.broker`` and
+    ``app.cluster`` are set; the caller listens and then calls ``app.cluster.serving``. A node
+    that cannot join raises ClusterStartError (one line)."""
+    from exchange_broker.durability.sql import SqlDurability
+    config = app.config = dataclasses.replace(app.config, database_url=tagged_url(app.config.store_url))
+    if not config.port and not config.node_name:
+        raise ClusterStartError("--cluster-mode leaders needs a --node-name or a fixed --port (the node's "
+                                "name must stay the same across restarts: its queues wait for it)")
+    loop = asyncio.get_running_loop()
+    node = app.cluster = LeaderNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
+                                    config.cluster_failover_timeout)
+    node.on_lost = app._lost_cluster_role
+    admin = f"{advertised(config.admin_listen_host)}:{config.admin_port}" if config.admin_port else ""
+    node.listening = (f"{advertised(config.host)}:{config.port}", admin)
+    app.store = await loop.run_in_executor(None, open_shared_store, config.store_url, config.sqlite_synchronous)
+    await node.join()
+    app.store.write_fence = node.fence  # an evicted node's writes fail
+    app.store.after_write = node.store.bump_definitions  # definition writes: version + NOTIFY
+    durability = app.durability = SqlDurability(app.store, loop, window=config.queue_window,
+                                                fsync_streams=config.stream_fsync)
+    broker = app.broker = build_broker(clock, durability=durability, config=config)
+    broker.link_login = (LINK_USER, node.link_secret)
+    node.links = Links(LINK_USER, node.link_secret, name=f"exchange-broker node {node.name}")
+
+    def make_remote(broker_, vhost: str, name: str, row: dict, leader):
+        return RemoteQueue(broker_, vhost, name, links=node.links, address=address_of(leader),
+                           leader=leader.node if leader is not None else "", durable=True,
+                           auto_delete=row["auto_delete"], arguments=decode_args(row["arguments"]))
+
+    placement = Placement(node, broker, durability, config.queue_window, make_remote, is_remote)
+
+    def claimed(vhost: str, queue: str) -> None:  # the writer thread, after the queue's row
+        leader = node.claim(vhost, queue)
+        loop.call_soon_threadsafe(node.leaders.__setitem__, (vhost, queue), leader)
+
+    durability.on_queue_stored = claimed
+    durability.on_queue_dropped = node.leaders_store.forget
+    restore(broker, durability, config.queue_window,
+            place=lambda vh, row: None if placement.leads((vh.name, row["name"]))
+            else placement.placeholder(vh, row["name"], row))
+    durability.start()
+    broker.delayed.recover()
+    placement.seen.update(q.store_id for vh in broker.vhosts.values() for q in vh.queues.values()
+                          if q.store_id is not None)
+
+    def load(cluster_store, store):
+        rows = load_rows(cluster_store, store)
+        rows.leaders = LeadersStore(cluster_store).leaders()
+        return rows
+
+    def loaded(rows) -> None:
+        node.leaders = rows.leaders
+
+    def applied(rows) -> None:
+        placement.place(rows.defs.queues)
+        placement.seen.update(r["id"] for r in rows.defs.queues)
+
+    node.mirror = DefinitionsMirror(node.store, app.store, broker, load=load,
+                                    placeholders=Placeholders(make=placement.placeholder, keep=placement.keep),
+                                    on_loaded=loaded, on_applied=applied,
+                                    local_writes=lambda: (durability.definitions_issued, durability.definitions_done))
+    await node.mirror.start()
