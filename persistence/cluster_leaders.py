@@ -100,13 +100,25 @@ class LeadersStore:
             return Leader(node, row.epoch + 1, "")
 
     def resume(self, node: str) -> int:
-        """A node (re)starting leads again the queues still given to its name (epoch + 1)."""
+        """A node (re)starting: the transient definitions go if it is the only live node (a
+        cluster started afresh, as RabbitMQ's transient exchanges and queues), else the transient
+        queues of its earlier incarnation; it leads again the durable queues still given to its
+        name (epoch + 1)."""
         with self.store.transaction() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": SETTLE_LOCK})
+            alone = not conn.execute(text(f"SELECT 1 FROM cluster_nodes WHERE {ALIVE} AND name <> :n"),
+                                     {"n": node}).first()
+            if alone:
+                _drop_transient_definitions(conn)
+            else:
+                for vhost, queue in conn.execute(text(
+                        "SELECT q.vhost, q.name FROM queues q JOIN queue_leases l ON l.vhost = q.vhost AND "
+                        "l.queue = q.name WHERE l.leader = :n AND NOT q.durable"), {"n": node}).all():
+                    _drop_queue(conn, vhost, queue)
             done = conn.execute(text(f"UPDATE queue_leases SET epoch = epoch + 1, expires_at = now() + "
                                      f"{_interval(self.store.failover_timeout)} WHERE leader = :n AND vhost <> :store"),
                                 {"n": node, "store": STORE_LEASE[0]}).rowcount
-            if done:
-                self.store.bump_definitions(conn)
+            self.store.bump_definitions(conn)
         return done
 
     def forget(self, vhost: str, queue: str) -> None:
@@ -134,10 +146,15 @@ class LeadersStore:
                 f"SELECT n.name, (SELECT count(*) FROM queue_leases l WHERE l.leader = n.name AND l.vhost <> :store) AS led "
                 f"FROM cluster_nodes n WHERE {ALIVE} AND n.role = 'leader'"), {"store": STORE_LEASE[0]}).all()}
             orphans = conn.execute(text(
-                "SELECT l.vhost, l.queue FROM queue_leases l WHERE l.vhost <> :store AND NOT EXISTS "
+                "SELECT l.vhost, l.queue, q.durable FROM queue_leases l LEFT JOIN queues q "
+                "ON q.vhost = l.vhost AND q.name = l.queue WHERE l.vhost <> :store AND NOT EXISTS "
                 f"(SELECT 1 FROM cluster_nodes n WHERE n.name = l.leader AND {N_ALIVE}) "
                 "ORDER BY l.vhost, l.queue FOR UPDATE OF l"), {"store": STORE_LEASE[0]}).all()
             given = 0
+            gone = [(v, q) for v, q, durable in orphans if not durable]  # transient: died with its node
+            for vhost, queue in gone:
+                _drop_queue(conn, vhost, queue)
+            orphans = [(v, q) for v, q, durable in orphans if durable]
             if orphans and live:
                 ttl = _interval(self.store.failover_timeout)
                 for vhost, queue in orphans:
@@ -146,7 +163,7 @@ class LeadersStore:
                     conn.execute(text(f"UPDATE queue_leases SET leader = :n, epoch = epoch + 1, expires_at = now() + {ttl} "
                                       f"WHERE vhost = :v AND queue = :q"), {"n": node, "v": vhost, "q": queue})
                     given += 1
-            if dead or given:
+            if dead or given or gone:
                 self.store.bump_definitions(conn)  # every node reloads its leaders now
             return [r[0] for r in dead], given
 
@@ -157,3 +174,24 @@ class LeadersStore:
                               "ON CONFLICT (name) DO NOTHING"), {"v": secrets.randbits(63)})
             value = conn.execute(text("SELECT value FROM cluster_counters WHERE name = 'link-secret'")).scalar_one()
         return f"{int(value):x}"
+
+
+def _drop_queue(conn: Connection, vhost: str, queue: str) -> None:
+    """A transient queue whose node is gone: its row, bindings and lease (it holds no messages)."""
+    key = {"v": vhost, "q": queue}
+    conn.execute(text("DELETE FROM bindings WHERE vhost = :v AND destination_type = 'queue' AND destination = :q"), key)
+    conn.execute(text("DELETE FROM queues WHERE vhost = :v AND name = :q AND NOT durable"), key)
+    conn.execute(text("DELETE FROM queue_leases WHERE vhost = :v AND queue = :q"), key)
+
+
+def _drop_transient_definitions(conn: Connection) -> None:
+    """The first node of a cluster started afresh: every transient queue and exchange (and their
+    bindings) went with the nodes that had them."""
+    conn.execute(text("DELETE FROM bindings b USING queues q WHERE b.vhost = q.vhost AND b.destination_type = "
+                      "'queue' AND b.destination = q.name AND NOT q.durable"))
+    conn.execute(text("DELETE FROM bindings b USING exchanges x WHERE b.vhost = x.vhost AND NOT x.durable AND "
+                      "(b.source = x.name OR (b.destination_type = 'exchange' AND b.destination = x.name))"))
+    conn.execute(text("DELETE FROM queue_leases l USING queues q WHERE l.vhost = q.vhost AND l.queue = q.name "
+                      "AND NOT q.durable"))
+    conn.execute(text("DELETE FROM queues WHERE NOT durable"))
+    conn.execute(text("DELETE FROM exchanges WHERE NOT durable"))

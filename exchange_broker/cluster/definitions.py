@@ -142,7 +142,8 @@ def _exchanges(broker, defs: Definitions, counts: dict) -> None:
         counts["changed"] += 1
     for vh in list(broker.vhosts.values()):
         for name, ex in list(vh.exchanges.items()):
-            if ex.durable and name not in BUILTIN and (vh.name, name) not in wanted and name in vh.exchanges:
+            if (ex.durable or broker.definitions_shared) and name not in BUILTIN and (vh.name, name) not in wanted \
+                    and name in vh.exchanges:
                 vh._remove_exchange(ex)
                 counts["removed"] += 1
 

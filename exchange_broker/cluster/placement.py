@@ -63,7 +63,7 @@ class Placement:
                 continue
             leader = self.node.leaders.get(key)
             if self.leads(key):
-                if self.is_remote(have):
+                if self.is_remote(have) and row["durable"]:  # a transient queue is never moved
                     self._promote(vh, have, row)
                     counts["promoted"] += 1
                     touched.add(vh)

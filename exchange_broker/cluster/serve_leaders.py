@@ -81,11 +81,12 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
                                                 fsync_streams=config.stream_fsync)
     broker = app.broker = build_broker(clock, durability=durability, config=config)
     broker.link_login = (LINK_USER, node.link_secret)
+    broker.definitions_shared = True  # transient queues and exchanges are routed to from every node
     node.links = Links(LINK_USER, node.link_secret, name=f"exchange-broker node {node.name}")
 
     def make_remote(broker_, vhost: str, name: str, row: dict, leader):
         return RemoteQueue(broker_, vhost, name, links=node.links, address=address_of(leader),
-                           leader=leader.node if leader is not None else "", durable=True,
+                           leader=leader.node if leader is not None else "", durable=row["durable"],
                            auto_delete=row["auto_delete"], arguments=decode_args(row["arguments"]))
 
     placement = Placement(node, broker, durability, config.queue_window, make_remote, is_remote)

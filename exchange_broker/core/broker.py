@@ -72,6 +72,9 @@ class Broker:
         # (name, password) of the user the nodes of a cluster log in to each other as: never stored,
         # not listed, and allowed everything in every vhost (None: not a cluster node)
         self.link_login: tuple[str, str] | None = None
+        # a cluster with per-queue leaders: transient and exclusive queues, transient exchanges and
+        # their bindings are stored too (the other nodes route to them; they die with their node)
+        self.definitions_shared = False
         self.delayed = DelayedExchanges(self)  # messages held by x-delayed-message exchanges
         # while a run of publishes is routed, queues that could deliver wait here and dispatch
         # once at its end (see dispatch_deferred); None: they dispatch at once

@@ -154,7 +154,7 @@ class VHost:
         ex = Exchange(self.name, name, type, durable, auto_delete, internal, arguments, index=index)
         self._add_exchange(ex)
         self.policies.apply_exchange(ex)
-        if durable:
+        if durable or self.broker.definitions_shared:
             self.broker.durability.exchange_declared(ex)
         if type == routing.X_SUPER_STREAM:
             super_streams.create_partitions(self, ex)
@@ -185,7 +185,7 @@ class VHost:
             if other.index.has_destination(dest):
                 other.index.remove_destination(dest)
                 self._maybe_auto_delete(other)
-        if ex.durable:
+        if ex.durable or self.broker.definitions_shared:
             self.broker.durability.exchange_deleted(ex)
         self.broker.on_exchange_deleted(ex)
 
@@ -250,13 +250,16 @@ class VHost:
             self._maybe_auto_delete(ex)
 
     def _durable_binding(self, ex: Exchange, dest_type: str, dest: str) -> bool:
-        if not ex.durable:
+        """A binding the store keeps: both ends durable (or, in a cluster with per-queue leaders,
+        every binding: ``Broker.definitions_shared``)."""
+        shared = self.broker.definitions_shared
+        if not (ex.durable or shared):
             return False
         if dest_type == "queue":
             q = self.queues.get(dest)
-            return q is not None and q.durable
+            return q is not None and (q.durable or shared)
         d = self.exchanges.get(dest)
-        return d is not None and d.durable
+        return d is not None and (d.durable or shared)
 
     # -- queues ----------------------------------------------------------------------------------
     def get_queue(self, name: str, owner: object = None, class_id: int = 0, method_id: int = 0) -> QueueType:
@@ -317,7 +320,7 @@ class VHost:
                                    arguments)
         self.queues[name] = q
         self.policies.apply_queue(q)
-        if durable:
+        if durable or self.broker.definitions_shared:
             self.broker.durability.queue_declared(q)
         return q
 
@@ -348,7 +351,7 @@ class VHost:
                 ex.index.remove_destination(dest)
                 self._maybe_auto_delete(ex)
         self.broker.on_queue_deleted(q)
-        if q.durable:
+        if q.durable or self.broker.definitions_shared:
             self.broker.durability.queue_deleted(q)
         q.on_deleted()
         return count

@@ -240,17 +240,18 @@ class SqlDurability(DelayedWrites):
         self.write(lambda s: s.delete_exchange(ex.vhost, ex.name))
 
     def queue_declared(self, q) -> None:
-        if q.exclusive:
+        if q.exclusive and self.on_queue_stored is None:
             return  # exclusive queues die with their connection: never stored, as in RabbitMQ
         q.store_id = self._next_queue_id()
         args = encode_args(q.arguments)
         qid = q.store_id
-        self.attach(q, self.window)
+        if q.durable:  # a transient queue's row (a cluster's shared definitions) holds no messages
+            self.attach(q, self.window)
         stored = self.on_queue_stored
-        vhost, name = q.vhost, q.name
+        vhost, name, exclusive = q.vhost, q.name, q.exclusive
 
         def put(s):
-            s.put_queue(vhost, name, q.durable, False, q.auto_delete, args, queue_id=qid)
+            s.put_queue(vhost, name, q.durable, exclusive, q.auto_delete, args, queue_id=qid)
             if stored is not None:
                 stored(vhost, name)  # a cluster node claims the queue it declared (writer thread)
         self.write(put)

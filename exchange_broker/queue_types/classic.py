@@ -94,7 +94,7 @@ class ClassicQueue(QueueType):
         self.next_seq += 1
         m.queue = self
         waiter = None
-        if (m.persistent or self.stores_all) and self.store_id is not None:
+        if (m.persistent or self.stores_all) and self.durable and self.store_id is not None:
             waiter = self.broker.durability.append(self, m)
         self.push(m)
         if publisher is not None and not m.seq & flow.CHECK_MASK and len(self.ready) > flow.LOW:

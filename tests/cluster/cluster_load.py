@@ -15,6 +15,8 @@ import time
 import pika
 from pika.exceptions import AMQPError
 
+from eb_support import wait_until
+
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
@@ -75,6 +77,8 @@ class Publisher(Client):
         self.prefix = name
         self.next = 0
         self.confirmed: list[bytes] = []
+        self.attempted: bytes | None = None
+        self.retried: set[bytes] = set()  # published again after a nack or a lost connection
 
     def work(self, conn: pika.BlockingConnection) -> None:
         ch = conn.channel()
@@ -82,6 +86,9 @@ class Publisher(Client):
         ch.queue_declare(self.queue, durable=True)
         while not self.stop_event.is_set():
             body = f"{self.prefix}-{self.next}".encode()
+            if body == self.attempted:
+                self.retried.add(body)  # its confirm was not seen: it may arrive twice
+            self.attempted = body
             ch.basic_publish("", self.queue, body, PERSISTENT, mandatory=True)  # raises unless confirmed
             self.confirmed.append(body)
             self.next += 1
@@ -93,6 +100,7 @@ class Consumer(Client):
     def __init__(self, ports: list[int], first: int, queue: str) -> None:
         super().__init__(ports, first, queue)
         self.got: list[tuple[float, bytes, bool]] = []
+        self.cancels = 0
 
     def work(self, conn: pika.BlockingConnection) -> None:
         ch = conn.channel()
@@ -103,9 +111,17 @@ class Consumer(Client):
             self.got.append((time.monotonic(), body, method.redelivered))
             channel.basic_ack(method.delivery_tag)
 
+        cancelled: list[bool] = []
+        # the broker's basic.cancel (consumer-cancel-notify): the queue moved to another leader
+        # node (a cluster with per-queue leaders); consume again, as applications do
+        ch.add_on_cancel_callback(lambda _frame: cancelled.append(True))
         ch.basic_consume(self.queue, on_message)
         while not self.stop_event.is_set():
             conn.process_data_events(time_limit=0.1)
+            if cancelled:
+                cancelled.clear()
+                self.cancels += 1
+                ch.basic_consume(self.queue, on_message)
 
     def bodies(self) -> set[bytes]:
         return {body for _, body, _ in self.got}
@@ -117,3 +133,25 @@ def missing(publishers: list[Publisher], consumers: list[Consumer]) -> set[bytes
     for c in consumers:
         got |= c.bodies()
     return {body for p in publishers for body in p.confirmed} - got
+
+
+def run_load(ports: list[int], queue: str) -> tuple[list[Publisher], list[Consumer]]:
+    publishers = [Publisher(ports, i, queue, f"p{i}") for i in range(4)]
+    consumers = [Consumer(ports, 1 + i, queue) for i in range(2)]
+    for client in publishers + consumers:
+        client.start()
+    return publishers, consumers
+
+
+def finish_load(publishers: list[Publisher], consumers: list[Consumer]) -> None:
+    for p in publishers:
+        p.stop()
+    assert wait_until(lambda: not missing(publishers, consumers), timeout=60), \
+        f"{len(missing(publishers, consumers))} confirmed messages never arrived"
+    for c in consumers:
+        c.stop()
+    assert sum(len(p.confirmed) for p in publishers) > 0
+    for p in publishers:  # each publisher's messages arrive in its order, apart from redeliveries
+        mine = [int(body.split(b"-")[1]) for c in consumers for _, body, redelivered in c.got
+                if body.startswith(p.prefix.encode() + b"-") and not redelivered]
+        assert len(set(mine)) >= len(p.confirmed) - 100

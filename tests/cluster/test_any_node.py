@@ -5,13 +5,12 @@ with no confirmed message lost."""
 
 from __future__ import annotations
 
-import signal
 import time
 
 import pika
 import pytest
 import requests
-from cluster_load import Consumer, Publisher, missing
+from cluster_load import finish_load, run_load
 from cluster_support import FAILOVER_TIMEOUT, wait_for_status
 
 from eb_support import pika_connect, wait_until
@@ -142,28 +141,6 @@ def test_a_standby_whose_active_node_is_gone_closes_clients_and_answers_503(node
     wait_for_status_ready(n2)
     assert requests.get(f"http://127.0.0.1:{n2.admin_port}/api/overview", auth=("guest", "guest"),
                         timeout=10).status_code == 200
-
-
-def run_load(ports: list[int], queue: str) -> tuple[list[Publisher], list[Consumer]]:
-    publishers = [Publisher(ports, i, queue, f"p{i}") for i in range(4)]
-    consumers = [Consumer(ports, 1 + i, queue) for i in range(2)]
-    for client in publishers + consumers:
-        client.start()
-    return publishers, consumers
-
-
-def finish_load(publishers: list[Publisher], consumers: list[Consumer]) -> None:
-    for p in publishers:
-        p.stop()
-    assert wait_until(lambda: not missing(publishers, consumers), timeout=60), \
-        f"{len(missing(publishers, consumers))} confirmed messages never arrived"
-    for c in consumers:
-        c.stop()
-    assert sum(len(p.confirmed) for p in publishers) > 0
-    for p in publishers:  # each publisher's messages arrive in its order, apart from redeliveries
-        mine = [int(body.split(b"-")[1]) for c in consumers for _, body, redelivered in c.got
-                if body.startswith(p.prefix.encode() + b"-") and not redelivered]
-        assert len(set(mine)) >= len(p.confirmed) - 100
 
 
 @pytest.mark.slow

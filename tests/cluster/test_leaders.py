@@ -66,6 +66,7 @@ def test_every_node_serves_and_leads_the_queues_declared_on_it(nodes, cluster_ur
 def test_tutorial_patterns_across_nodes(nodes):
     n1, n2, n3 = three(nodes)
     declarer, prod, cons = pika_connect(n1.port), pika_connect(n2.port), pika_connect(n3.port)
+    requests_seen: list = []
     try:
         d, p, c = declarer.channel(), prod.channel(), cons.channel()
         p.confirm_delivery()
@@ -102,6 +103,31 @@ def test_tutorial_patterns_across_nodes(nodes):
         # a mandatory publish to a queue nobody has is returned on the node it was published to
         with pytest.raises(pika.exceptions.UnroutableError):
             p.basic_publish("", "no-such-queue", b"x", PERSISTENT, mandatory=True)
+        # publish/subscribe as in the tutorial: a transient fanout exchange and exclusive,
+        # server-named queues declared on n3; publishes on n2 reach them (shared definitions)
+        c.exchange_declare("logs", "fanout")
+        subscribers = [c.queue_declare("", exclusive=True).method.queue for _ in range(2)]
+        for queue in subscribers:
+            c.queue_bind(queue, "logs")
+        assert wait_until(lambda: bindings_on(n2, "logs") == 2, timeout=10)
+        p.basic_publish("logs", "", b"to all")
+        for queue in subscribers:
+            assert wait_until(lambda q=queue: c.queue_declare(q, passive=True).method.message_count == 1, timeout=10)
+            assert c.basic_get(queue, auto_ack=True)[2] == b"to all"
+        # RPC: the server consumes on n1; the client on n2 waits on an exclusive reply queue, which
+        # the server's reply reaches through n1
+        reply_to = p.queue_declare("", exclusive=True).method.queue
+        d.queue_declare("rpc_queue")
+        assert wait_until(lambda: known_on(n1, reply_to) and known_on(n2, "rpc_queue"), timeout=10)
+        p.basic_publish("", "rpc_queue", b"21", pika.BasicProperties(reply_to=reply_to, correlation_id="c1"))
+        assert wait_until(lambda: requests_seen.append(d.basic_get("rpc_queue", auto_ack=True)) is None and
+                          requests_seen[-1][0] is not None, timeout=10)
+        _method, props, body = requests_seen[-1]
+        d.basic_publish("", props.reply_to, str(int(body) * 2).encode(),
+                        pika.BasicProperties(correlation_id=props.correlation_id))
+        assert wait_until(lambda: p.queue_declare(reply_to, passive=True).method.message_count == 1, timeout=10)
+        _method, props, body = p.basic_get(reply_to, auto_ack=True)
+        assert (body, props.correlation_id) == (b"42", "c1")
         # push consumers relayed from the leader: prefetch 5 on n3, publishes on n2, in order
         c.basic_qos(prefetch_count=5)
         pushed = []

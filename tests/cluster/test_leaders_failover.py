@@ -1,0 +1,113 @@
+"""A cluster with per-queue leaders under load (``--cluster-mode leaders``; three real node
+processes on one throwaway PostgreSQL database): the node leading a queue is SIGKILLed, or paused
+past its lease and resumed, or every node restarts in turn, while four publishers with confirms and
+two consumers work through the other nodes. No confirmed message is lost; consumers get
+basic.cancel when their queue's leader goes and consume again through their node."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pika
+import pytest
+from cluster_load import finish_load, run_load
+from cluster_support import FAILOVER_TIMEOUT, wait_for_status
+
+from eb_support import pika_connect, wait_until
+
+LEADERS = ("--cluster-mode", "leaders")
+
+pytestmark = pytest.mark.slow
+
+
+def three(nodes):
+    return nodes("n1", *LEADERS), nodes("n2", *LEADERS), nodes("n3", *LEADERS)
+
+
+def led_by(url: str, queue: str) -> str | None:
+    view = wait_for_status(url, lambda v: True)
+    return next((name for name, node in view.items() if node["alive"] and
+                 any(q["name"] == queue for q in node["queues"])), None)
+
+
+def declare_on(node, queue: str) -> None:
+    conn = pika_connect(node.port)
+    conn.channel().queue_declare(queue, durable=True)
+    conn.close()
+
+
+def test_sigkill_of_a_queues_leader_under_load_loses_no_confirmed_message(nodes, cluster_url):
+    n1, n2, n3 = three(nodes)
+    declare_on(n1, "orders")  # n1 leads it; every client works through n2 and n3
+    assert wait_until(lambda: led_by(cluster_url, "orders") == "n1", timeout=20)
+    publishers, consumers = run_load([n2.port, n3.port], "orders")
+    try:
+        assert wait_until(lambda: all(len(p.confirmed) > 50 for p in publishers) and
+                          all(len(c.got) > 20 for c in consumers), timeout=30)
+        n1.kill()  # SIGKILL: no clean-up of any kind
+        killed = time.monotonic()
+        before = {id(c): len(c.got) for c in consumers}
+        assert wait_until(lambda: all(len(c.got) > before[id(c)] + 50 for c in consumers), timeout=40)
+        resumed = min(t for c in consumers for t, _, _ in c.got if t > killed)
+        # the failover bound of these nodes (2 s) and a settle beat, with room for a loaded machine
+        assert resumed - killed < float(FAILOVER_TIMEOUT) + 15
+        assert led_by(cluster_url, "orders") in ("n2", "n3")
+        assert wait_until(lambda: all(len(p.confirmed) > 50 + p.reconnects for p in publishers), timeout=30)
+    finally:
+        finish_load(publishers, consumers)
+    assert any(c.cancels for c in consumers)  # told by basic.cancel, and consumed again
+    view = wait_for_status(cluster_url, lambda v: "n1" not in v)
+    assert "n1" not in view  # evicted
+
+
+def test_a_paused_leader_is_replaced_and_cannot_deliver_or_write_when_it_resumes(nodes, cluster_url):
+    n1, n2, n3 = three(nodes)
+    declare_on(n1, "paused")
+    assert wait_until(lambda: led_by(cluster_url, "paused") == "n1", timeout=20)
+    publishers, consumers = run_load([n2.port, n3.port], "paused")
+    try:
+        assert wait_until(lambda: all(len(p.confirmed) > 50 for p in publishers) and
+                          all(len(c.got) > 20 for c in consumers), timeout=30)
+        n1.proc.send_signal(signal.SIGSTOP)  # a long pause: no beats, its sessions and sockets stay open
+        try:
+            assert wait_until(lambda: led_by(cluster_url, "paused") in ("n2", "n3"), timeout=40)
+            before = {id(c): len(c.got) for c in consumers}
+            assert wait_until(lambda: all(len(c.got) > before[id(c)] + 50 for c in consumers), timeout=40)
+        finally:
+            n1.proc.send_signal(signal.SIGCONT)
+        # resumed, n1 finds itself evicted: it stops (exit 1) before it delivers or writes anything
+        assert n1.proc.wait(30) == 1
+        assert "stops serving" in n1.log()
+        assert wait_until(lambda: all(len(p.confirmed) > 100 for p in publishers), timeout=30)
+    finally:
+        finish_load(publishers, consumers)
+    # no message was delivered by two leaders: apart from redeliveries, and from messages published
+    # again because their confirm never came (at least once), each body came once
+    first_time = [body for c in consumers for _, body, redelivered in c.got if not redelivered]
+    twice = {body for body in first_time if first_time.count(body) > 1}
+    assert twice <= set().union(*(p.retried for p in publishers))
+
+
+def test_a_rolling_restart_of_all_three_leaders_under_load_loses_nothing(nodes, cluster_url):
+    n1, n2, n3 = three(nodes)
+    all_nodes = [n1, n2, n3]
+    declare_on(n1, "rolling")
+    publishers, consumers = run_load([n.port for n in all_nodes], "rolling")
+    try:
+        for node in all_nodes:
+            assert wait_until(lambda: all(len(c.got) > 20 for c in consumers), timeout=30)
+            confirmed = sum(len(p.confirmed) for p in publishers)
+            assert node.terminate() == 0  # SIGTERM: a clean stop; its queues move at once
+            assert wait_until(lambda n=node: led_by(cluster_url, "rolling") not in (None, n.name), timeout=30)
+            node.start_node()
+            assert wait_until(lambda c=confirmed: sum(len(p.confirmed) for p in publishers) > c + 100, timeout=40)
+    finally:
+        finish_load(publishers, consumers)
+    got = {body for c in consumers for _, body, _ in c.got}
+    assert all(p.confirmed and set(p.confirmed) <= got for p in publishers)
+    try:  # every node serves again
+        for node in all_nodes:
+            pika_connect(node.port).close()
+    except pika.exceptions.AMQPError as exc:
+        pytest.fail(f"a restarted node does not serve: {exc}")
