@@ -100,8 +100,7 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     restore(broker, durability, config.queue_window,
             place=lambda vh, row: None if placement.leads((vh.name, row["name"]))
             else placement.placeholder(vh, row["name"], row))
-    durability.start()
-    broker.delayed.recover()
+    durability.start()  # (no delayed-message exchanges in this mode: each node would fire their messages)
     placement.seen.update(q.store_id for vh in broker.vhosts.values() for q in vh.queues.values()
                           if q.store_id is not None)
 

@@ -198,3 +198,63 @@ def test_a_killed_leaders_queues_are_spread_over_the_survivors_with_every_messag
         cons.close()
     except pika.exceptions.AMQPError:
         pass
+
+
+def test_queue_types_and_features_across_nodes(nodes):
+    """Quorum queues with dead-lettering, streams read by offset and single active consumers, each
+    led by one node and used through the others."""
+    n1, n2, n3 = three(nodes)
+    lead, prod, cons = pika_connect(n1.port), pika_connect(n2.port), pika_connect(n3.port)
+    try:
+        d, p, c = lead.channel(), prod.channel(), cons.channel()
+        p.confirm_delivery()
+        # a quorum queue led by n1 dead-letters rejected messages to a queue led by n2
+        p.exchange_declare("dlx", "fanout", durable=True)
+        p.queue_declare("dead", durable=True)
+        p.queue_bind("dead", "dlx")
+        d.queue_declare("jobs", durable=True, arguments={"x-queue-type": "quorum", "x-dead-letter-exchange": "dlx"})
+        assert wait_until(lambda: known_on(n2, "jobs") and known_on(n3, "jobs") and known_on(n1, "dead")
+                          and bindings_on(n1, "dlx") == 1, timeout=10)
+        for i in range(3):
+            p.basic_publish("", "jobs", f"job {i}".encode(), PERSISTENT, mandatory=True)
+        method, _props, body = c.basic_get("jobs")
+        c.basic_nack(method.delivery_tag, requeue=True)  # back on the leader, redelivered first
+        method, props, body = c.basic_get("jobs")
+        assert (body, method.redelivered) == (b"job 0", True)
+        c.basic_reject(method.delivery_tag, requeue=False)  # dead-lettered by n1 into n2's queue
+        assert wait_until(lambda: c.queue_declare("dead", passive=True) is not None and
+                          known_on(n3, "dead"), timeout=10)
+        dead = (None, None, None)
+        deadline = time.monotonic() + 10
+        while dead[0] is None and time.monotonic() < deadline:
+            dead = c.basic_get("dead", auto_ack=True)
+            time.sleep(0.05)
+        assert dead[2] == b"job 0" and dead[1].headers["x-death"][0]["queue"] == "jobs"
+        # a stream led by n1, published on n2, read from the first offset on n3 (prefetch required)
+        d.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
+        assert wait_until(lambda: known_on(n2, "events") and known_on(n3, "events"), timeout=10)
+        for i in range(20):
+            p.basic_publish("", "events", f"event {i}".encode(), PERSISTENT, mandatory=True)
+        c.basic_qos(prefetch_count=10)
+        streamed = []
+        c.basic_consume("events", lambda ch, m, pr, b: (streamed.append((b, pr.headers["x-stream-offset"])),
+                                                          ch.basic_ack(m.delivery_tag)),
+                        arguments={"x-stream-offset": "first"})
+        assert wait_until(lambda: (cons.process_data_events(0.05), len(streamed) == 20)[1], timeout=20)
+        assert streamed == [(f"event {i}".encode(), i) for i in range(20)]
+        # single active consumer: consumers on n2 and n3, one gets everything until it goes
+        d.queue_declare("sac", durable=True, arguments={"x-single-active-consumer": True})
+        assert wait_until(lambda: known_on(n2, "sac") and known_on(n3, "sac"), timeout=10)
+        p2 = prod.channel()
+        first, second = [], []
+        p2.basic_consume("sac", lambda ch, m, _p, b: (first.append(b), ch.basic_ack(m.delivery_tag)))
+        c.basic_consume("sac", lambda ch, m, _p, b: (second.append(b), ch.basic_ack(m.delivery_tag)))
+        time.sleep(0.3)  # both consumers registered on the leader (no assertion rests on timing)
+        for i in range(10):
+            p.basic_publish("", "sac", f"s{i}".encode(), PERSISTENT)
+        assert wait_until(lambda: (prod.process_data_events(0.02), cons.process_data_events(0.02),
+                                   len(first) + len(second) == 10)[2], timeout=20)
+        assert sorted([first, second], key=len) == [[], [f"s{i}".encode() for i in range(10)]]
+    finally:
+        for conn in (lead, prod, cons):
+            conn.close()
