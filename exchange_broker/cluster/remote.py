@@ -32,15 +32,17 @@ import logging
 from collections import deque
 from typing import Iterable
 
+from pamqp import commands
+
 from exchange_broker.cluster.link import LinkError
 from exchange_broker.cluster.links import FLOW_HIGH, Address, Links, spawn
 from exchange_broker.cluster.relay import ACK, NACK, REJECT, Getter, Relay, TagMap
 from exchange_broker.core.message import Message
-from exchange_broker.core.ports import Waiter
+from exchange_broker.core.ports import NullDurability, Waiter
 from exchange_broker.core.names import describe
 from exchange_broker.core.queue import QueueType
 from exchange_broker.core.queue_args import QueueOptions
-from exchange_broker.protocol.constants import NOT_FOUND, PRECONDITION_FAILED
+from exchange_broker.protocol.constants import INTERNAL_ERROR, NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED
 from exchange_broker.protocol.errors import AMQPError
 
 log = logging.getLogger("exchange_broker.cluster")
@@ -185,9 +187,88 @@ class RemoteQueue(QueueType):
         for msg in msgs:
             self.tags.settle(msg, NACK, True)
 
+    led_elsewhere = True
+    _leader_error = None
+
     def purge(self) -> list[Message]:
+        """The admin API's purge (synchronous): refused; AMQP queue.purge uses ``purge_on_leader``."""
         raise AMQPError(PRECONDITION_FAILED, f"{self.describe()} is led by node '{self.leader}': "
                         f"purge it there", 50, 30, hard=False)
+
+    def purge_on_leader(self, purge_ok) -> Waiter:
+        """queue.purge on the leader: the waiter fires once it answered, with ``purge_ok``'s
+        message count set to the leader's (False: it could not be reached)."""
+        done = Waiter()
+
+        async def purge() -> None:
+            try:
+                if self.address is None:
+                    raise LinkError("no node leads it now (a failover is under way)")
+                link = await self.links.link(self.address, self.vhost)
+                ch = await link.channel()
+                try:
+                    answer = await ch.call(commands.Queue.Purge(queue=self.name), commands.Queue.PurgeOk)
+                finally:
+                    await ch.close()
+            except (LinkError, OSError) as exc:
+                self._failed_on_leader("purging", exc, 30)
+                done.fire(False)
+                return
+            purge_ok.message_count = answer.message_count
+            done.fire(True)
+        spawn(purge())
+        return done
+
+    def delete_on_leader(self, delete_ok, if_unused: bool, if_empty: bool) -> Waiter:
+        """queue.delete on the leader (its if-unused and if-empty checks); once it answered, the
+        placeholder goes at once (the leader's definition change removes it on every node)."""
+        done = Waiter()
+
+        async def delete() -> None:
+            try:
+                if self.address is None:
+                    raise LinkError("no node leads it now (a failover is under way)")
+                link = await self.links.link(self.address, self.vhost)
+                ch = await link.channel()
+                try:
+                    answer = await ch.call(commands.Queue.Delete(queue=self.name, if_unused=if_unused,
+                                                                 if_empty=if_empty), commands.Queue.DeleteOk)
+                finally:
+                    await ch.close()
+            except (LinkError, OSError) as exc:
+                self._failed_on_leader("deleting", exc, 40)
+                done.fire(False)
+                return
+            delete_ok.message_count = answer.message_count
+            self._drop_here()
+            done.fire(True)
+        spawn(delete())
+        return done
+
+    def _drop_here(self) -> None:
+        """Deleted on the leader: gone from this node now, without a write (the leader wrote it)."""
+        vh = self.broker.vhosts.get(self.vhost)
+        if vh is None or vh.queues.get(self.name) is not self:
+            return
+        real, self.broker.durability = self.broker.durability, NullDurability()
+        try:
+            vh.remove_queue(self)
+        finally:
+            self.broker.durability = real
+
+    def _failed_on_leader(self, what: str, exc: Exception, method_id: int) -> None:
+        code = getattr(exc, "code", 0)
+        if code in (PRECONDITION_FAILED, NOT_FOUND, RESOURCE_LOCKED):  # the leader's own answer
+            text = str(exc).split(": ", 1)[-1]
+            self._leader_error = AMQPError(code, text.split(" - ", 1)[-1], 50, method_id, hard=False)
+        else:
+            log.warning("%s %s on node '%s' failed: %s", what, self.describe(), self.leader, exc)
+            self._leader_error = AMQPError(INTERNAL_ERROR, f"{what} {self.describe()} on its leader node "
+                                           f"'{self.leader}' failed: {exc}", 50, method_id, hard=True)
+
+    def leader_error(self) -> AMQPError:
+        return self._leader_error or AMQPError(INTERNAL_ERROR, f"{self.describe()}: its leader node failed",
+                                               50, 0, hard=True)
 
     # -- basic.get ----------------------------------------------------------------------------------
     def get(self) -> Message | None:

@@ -65,9 +65,10 @@ class DefinitionMethods:
         sess = self.session
         if not ok:
             sess.conn.fill(slot)
-            if not (self.closed or sess.closed):
-                sess.channel_error(self.number, AMQPError(INTERNAL_ERROR, failure, class_id, method_id,
-                                                          hard=True))
+            if not (self.closed or sess.closed):  # ``failure``: a text (541), or gives the error
+                error = failure() if callable(failure) else AMQPError(INTERNAL_ERROR, failure, class_id,
+                                                                      method_id, hard=True)
+                sess.channel_error(self.number, error)
         else:
             if not isinstance(reply, (bytes, bytearray)):
                 reply = codec.method_frame(self.number, reply)
@@ -155,6 +156,13 @@ class DefinitionMethods:
         sess = self.session
         name = self.queue_name(m.queue, 50, 30)
         perms.check(sess, perms.READ, "queue", name)
+        q = sess.vhost.get_queue(name, sess, 50, 30)
+        if q.led_elsewhere:  # a cluster: the queue's leader purges it, purge-ok waits for its count
+            ok = Q.PurgeOk(0)
+            done = q.purge_on_leader(ok)
+            if not m.nowait:
+                self.reply_when_stored([done], ok, 50, 30, q.leader_error)
+            return
         count = sess.vhost.purge_queue(name, sess)
         if not m.nowait:
             self.reply(Q.PurgeOk(count))
@@ -163,6 +171,14 @@ class DefinitionMethods:
         sess = self.session
         name = self.queue_name(m.queue, 50, 40)
         perms.check(sess, perms.CONFIGURE, "queue", name)
+        q = sess.vhost.queues.get(name)
+        if q is not None and q.led_elsewhere:  # a cluster: the queue's leader deletes it
+            sess.vhost.get_queue(name, sess, 50, 40)  # exclusive to another connection: 405
+            ok = Q.DeleteOk(0)
+            done = q.delete_on_leader(ok, m.if_unused, m.if_empty)
+            if not m.nowait:
+                self.reply_when_stored([done], ok, 50, 40, q.leader_error)
+            return
         count = sess.vhost.delete_queue(name, m.if_unused, m.if_empty, sess)
         if not m.nowait:
             self.reply(Q.DeleteOk(count))

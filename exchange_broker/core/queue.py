@@ -135,6 +135,11 @@ class QueueType:
     def purge(self) -> list[Message]:
         raise NotImplementedError
 
+    # a cluster's placeholder for a queue another node leads: queue.purge and queue.delete go to the
+    # leader (``purge_on_leader(purge_ok)``, ``delete_on_leader(delete_ok, if_unused, if_empty)``
+    # return Waiters; ``leader_error()`` is the AMQP error when one fired False)
+    led_elsewhere = False
+
     # -- lifecycle ------------------------------------------------------------------------------------
     def touch(self) -> None:
         """Declared, consumed from or polled (restarts an x-expires countdown)."""

@@ -258,3 +258,30 @@ def test_queue_types_and_features_across_nodes(nodes):
     finally:
         for conn in (lead, prod, cons):
             conn.close()
+
+
+def test_purge_and_delete_through_a_node_that_does_not_lead_the_queue(nodes):
+    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    lead, other = pika_connect(n1.port), pika_connect(n2.port)
+    try:
+        d, o = lead.channel(), other.channel()
+        o.confirm_delivery()
+        d.queue_declare("kept", durable=True)
+        assert wait_until(lambda: known_on(n2, "kept"), timeout=10)
+        for i in range(7):
+            o.basic_publish("", "kept", f"k{i}".encode(), PERSISTENT, mandatory=True)
+        assert o.queue_purge("kept").method.message_count == 7  # the leader's count
+        assert d.queue_declare("kept", passive=True).method.message_count == 0
+        o.basic_publish("", "kept", b"one more", PERSISTENT, mandatory=True)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:  # the leader's if-empty check
+            o.queue_delete("kept", if_empty=True)
+        assert refused.value.reply_code == 406 and "not empty" in refused.value.reply_text
+        o = other.channel()
+        assert o.queue_delete("kept").method.message_count == 1
+        assert wait_until(lambda: not known_on(n1, "kept") and not known_on(n2, "kept"), timeout=10)
+        o.queue_declare("kept", durable=True)  # declared again at once: a new queue, led by n2 now
+        assert wait_until(lambda: known_on(n1, "kept"), timeout=10)
+        assert d.queue_declare("kept", passive=True).method.message_count == 0
+    finally:
+        lead.close()
+        other.close()
