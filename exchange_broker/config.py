@@ -122,15 +122,14 @@ class Config:
                              commands=(SERVE, DB, CLUSTER))
     # -- cluster ----------------------------------------------------------------------------------------
     cluster: bool = setting(False, "join the cluster of the nodes on the same PostgreSQL --database-url "
-                                   "(one node serves, the others stand by and take over when it dies)",
-                            group="cluster")
+                                   "(see --cluster-mode)", group="cluster")
     node_name: str | None = setting(None, "this node's name in the cluster (unique among the nodes)",
                                     group="cluster", default_text="host:port of the AMQP listener")
     cluster_mode: str = setting(
-        "active-standby", "how the nodes share the work: active-standby (one node serves, the others pass "
-        "their clients to it and take over when it dies) or leaders (every node serves; each durable "
-        "queue has a leader node, the others forward to it; a dead node's queues are spread over the "
-        "live ones)", group="cluster", choices=("active-standby", "leaders"))
+        "leaders", "how the nodes share the work: leaders (every node serves; each queue has a leader "
+        "node, the one it was declared on, and the others forward to it; a dead node's queues are spread "
+        "over the live ones) or active-standby (one node serves, the others pass their clients to it and "
+        "one takes over when it dies)", group="cluster", choices=("leaders", "active-standby"))
     cluster_heartbeat: float = setting(1.0, "seconds between a node's heartbeats (and lease renewals)",
                                        group="cluster")
     cluster_failover_timeout: float = setting(

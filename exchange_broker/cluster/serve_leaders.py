@@ -29,7 +29,6 @@ from sqlalchemy import text
 from exchange_broker.cluster.definitions import DefinitionsMirror, Placeholders, load_rows
 from exchange_broker.cluster.leaders import LINK_USER, LeaderNode
 from exchange_broker.cluster.links import Links
-from exchange_broker.cluster.node import ClusterStartError
 from exchange_broker.cluster.placement import Placement
 from exchange_broker.cluster.remote import RemoteQueue, address_of
 from exchange_broker.durability.recovery import decode_args, restore
@@ -64,9 +63,6 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     that cannot join raises ClusterStartError (one line)."""
     from exchange_broker.durability.sql import SqlDurability
     config = app.config = dataclasses.replace(app.config, database_url=tagged_url(app.config.store_url))
-    if not config.port and not config.node_name:
-        raise ClusterStartError("--cluster-mode leaders needs a --node-name or a fixed --port (the node's "
-                                "name must stay the same across restarts: its queues wait for it)")
     loop = asyncio.get_running_loop()
     node = app.cluster = LeaderNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
                                     config.cluster_failover_timeout)

@@ -27,7 +27,8 @@ class NodeProcess(SubprocessBroker):
         self.name = name
         self.admin_port = free_port()
         self.amqp_port = free_port()  # the same across restarts, as a real node's: clients list it
-        super().__init__(workdir, ["--cluster", "--database-url", url, "--node-name", name, "--port", str(self.amqp_port),
+        mode = [] if "--cluster-mode" in extra else ["--cluster-mode", "active-standby"]  # unless the test says
+        super().__init__(workdir, ["--cluster", *mode, "--database-url", url, "--node-name", name, "--port", str(self.amqp_port),
                                    "--cluster-heartbeat", HEARTBEAT, "--cluster-failover-timeout", FAILOVER_TIMEOUT,
                                    "--admin-port", str(self.admin_port), "--admin-host", "127.0.0.1", *extra])
         self.port_file: Path | None = None
