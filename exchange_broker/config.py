@@ -130,6 +130,10 @@ class Config:
         "node, the one it was declared on, and the others forward to it; a dead node's queues are spread "
         "over the live ones) or active-standby (one node serves, the others pass their clients to it and "
         "one takes over when it dies)", group="cluster", choices=("leaders", "active-standby"))
+    queue_leader_locator: str = setting(
+        "client-local", "which node leads a durable queue declared in a cluster: client-local (the node the "
+        "client declared it on) or balanced (the live node leading the fewest queues); a queue's "
+        "x-queue-leader-locator argument overrides it", group="cluster", choices=("client-local", "balanced"))
     cluster_heartbeat: float = setting(1.0, "seconds between a node's heartbeats (and lease renewals)",
                                        group="cluster")
     cluster_failover_timeout: float = setting(

@@ -121,6 +121,12 @@ class LeadersStore:
             self.store.bump_definitions(conn)
         return done
 
+    def members(self) -> dict[str, str]:
+        """The live nodes of this mode: name -> AMQP address."""
+        with self.store.transaction() as conn:
+            return dict(conn.execute(text(f"SELECT name, amqp_address FROM cluster_nodes WHERE {ALIVE} "
+                                          f"AND role = 'leader'")).all())
+
     def forget(self, vhost: str, queue: str) -> None:
         """The queue was deleted: its lease row goes."""
         self.store.forget_lease(vhost, queue)

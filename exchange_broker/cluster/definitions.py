@@ -53,6 +53,7 @@ class DefinitionRows:
     policies: list[dict] = field(default_factory=list)
     limits: limits_store.LimitsAndTopics | None = None
     leaders: dict | None = None  # (vhost, queue) -> Leader: a cluster with per-queue leaders
+    members: dict | None = None  # and its live nodes -> AMQP address
 
 
 @dataclass

@@ -52,6 +52,7 @@ class LeaderNode:
         self.broker = None
         self.link_secret = ""
         self.leaders: dict[tuple[str, str], Leader] = {}
+        self.members: dict[str, str] = {}  # live nodes -> AMQP address, read each beat
         self.on_lost: Callable[[str], None] = lambda why: None  # fail-stop (the application exits)
         self.on_leaders: Callable[[], None] = lambda: None  # the leaders changed: place the queues again
         self.listening: tuple[str, str] = ("", "")
@@ -79,6 +80,7 @@ class LeaderNode:
         await self._call(self.leaders_store.resume, self.name)  # what it led before a restart, unless moved
         self.link_secret = await self._call(self.leaders_store.link_secret)
         self.leaders = await self._call(self.leaders_store.leaders)
+        self.members = await self._call(self.leaders_store.members)
         log.info("cluster: node '%s' joined (incarnation %d); every node serves, each queue has a leader",
                  self.name, self.incarnation)
 
@@ -86,15 +88,25 @@ class LeaderNode:
         """``SqlStore.write_fence``: every write of this node's store, in its own transaction."""
         node_fence(conn, self.name, self.incarnation)
 
+    def least_loaded(self) -> str:
+        """The live node that leads the fewest queues (this node if none is known yet)."""
+        counts = {name: 0 for name, address in self.members.items() if address}
+        counts.setdefault(self.name, 0)
+        for leader in self.leaders.values():
+            if leader.node in counts:
+                counts[leader.node] += 1
+        return min(counts, key=lambda name: (counts[name], name != self.name, name))
+
     def leads(self, vhost: str, queue: str) -> bool:
         held = self.leaders.get((vhost, queue))
         return held is not None and held.node == self.name
 
-    def claim(self, vhost: str, queue: str) -> Leader:
+    def claim(self, vhost: str, queue: str, for_node: str | None = None) -> Leader:
         """Blocking (the store's writer thread, right after the queue's row is written): lead a
-        queue declared on this node, unless a live node already does."""
-        leader = self.leaders_store.claim(vhost, queue, self.name)
-        if leader.node != self.name:
+        queue declared on this node (or have ``for_node`` lead it), unless a live node already does."""
+        wanted = for_node or self.name
+        leader = self.leaders_store.claim(vhost, queue, wanted)
+        if leader.node != wanted:
             log.error("cluster: queue '%s' in vhost '%s' was declared here and on node '%s' at the same "
                       "time; '%s' leads it", queue, vhost, leader.node, leader.node)
         return leader
@@ -129,6 +141,7 @@ class LeaderNode:
         if self.role != "leader":
             return
         try:
+            self.members = await self._call(self.leaders_store.members)
             evicted, given = await self._call(self.leaders_store.settle, self.name)
         except SQLAlchemyError as exc:
             log.warning("cluster: settling the leaders failed: %s", " ".join(str(exc).split())[:300])
@@ -142,7 +155,8 @@ class LeaderNode:
     async def renew(self) -> bool:
         started = time.monotonic()
         try:
-            beat = await self._call(self.store.heartbeat, self.name, self.incarnation, None)
+            version = self.mirror.version if self.mirror is not None and self.mirror.version >= 0 else None
+            beat = await self._call(self.store.heartbeat, self.name, self.incarnation, version)
         except SQLAlchemyError as exc:
             log.warning("cluster: heartbeat failed: %s", " ".join(str(exc).split())[:300])
             return True  # unknown: the guard decides once the lease may have run out

@@ -19,11 +19,16 @@ is read, the rest pages in as usual).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Callable
 
+from persistence.cluster_leaders import Leader
+
 from exchange_broker.durability.recovery import decode_args
-from exchange_broker.durability.sql import message_from_row
+from exchange_broker.cluster.links import spawn
+from exchange_broker.core.ports import Waiter
+from exchange_broker.durability.sql import encode_args, message_from_row
 
 log = logging.getLogger("exchange_broker.cluster")
 
@@ -38,15 +43,75 @@ class Placement:
         self.make_remote = make_remote  # (broker, vhost name, queue name, row, leader) -> placeholder
         self.is_remote = is_remote
         self.seen: set[int] = set()  # queue ids some read of the definitions had
+        self.locator = "client-local"  # --queue-leader-locator
+        self.elsewhere: dict[tuple[str, str], str] = {}  # declared here, to be led by that node
+        self.await_leader: set[tuple[str, str]] = set()
 
     def keep(self, q) -> bool:
-        """A real queue whose row no read has had yet was declared here a moment ago: a reload
-        that raced the declare must not remove it."""
-        return not self.is_remote(q) and q.store_id not in self.seen
+        """A queue whose row no read has had yet was declared here a moment ago (led here or, with
+        the balanced locator, elsewhere): a reload that raced the declare must not remove it."""
+        return q.store_id not in self.seen
 
     def leads(self, key: tuple[str, str]) -> bool:
         held = self.node.leaders.get(key)
         return held is not None and held.node == self.node.name
+
+    # -- where a queue declared here is led (the queue leader locator) --------------------------------
+    def place_new(self, vh, q):
+        """``Broker.place_queue``: a durable queue declared here with the balanced locator is led by
+        the live node leading the fewest queues; this node then holds a placeholder, and declare-ok
+        waits until that node serves the queue (``ready_on``)."""
+        if not q.durable or q.exclusive:
+            return q
+        locator = q.arguments.get("x-queue-leader-locator") or self.locator
+        if isinstance(locator, (bytes, bytearray)):
+            locator = bytes(locator).decode("utf-8", "replace")
+        if locator not in ("balanced", "least-leaders"):
+            return q
+        target = self.node.least_loaded()
+        if target == self.node.name:
+            return q
+        leader = Leader(target, 0, self.node.members.get(target, ""))
+        remote = self.make_remote(self.broker, vh.name, q.name, {"auto_delete": q.auto_delete, "durable": True,
+                                                                 "arguments": encode_args(q.arguments)}, leader)
+        self.elsewhere[(vh.name, q.name)] = target
+        self.await_leader.add((vh.name, q.name))
+        return remote
+
+    def for_node(self, vhost: str, queue: str) -> str | None:
+        """Which node the claim of a queue declared here is for (None: this node)."""
+        return self.elsewhere.pop((vhost, queue), None)
+
+    def declared(self, q) -> None:
+        """After ``SqlDurability.queue_declared``: a queue placed on another node answers its
+        declare-ok once that node serves it."""
+        key = (q.vhost, q.name)
+        if key not in self.await_leader:
+            return
+        self.await_leader.discard(key)
+        stored = self.durability.pending_definition
+        ready = Waiter()
+
+        def written(_arg, ok: bool) -> None:
+            if ok:
+                spawn(self._until_served(q, ready))
+            else:
+                ready.fire(False)
+        stored.add(written, None)
+        self.durability.pending_definition = ready
+
+    async def _until_served(self, q, ready: Waiter, limit: float = 10.0) -> None:
+        deadline = asyncio.get_running_loop().time() + limit
+        while not q.deleted:
+            if q.address is not None and await q.served_by_leader():
+                ready.fire(True)
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.02)
+        log.warning("cluster: queue '%s' in vhost '%s' placed on node '%s' is not served there after %.0f s",
+                    q.name, q.vhost, q.leader, limit)
+        ready.fire(False)
 
     def placeholder(self, vh, name: str, row: dict):
         """``definitions.apply_rows``'s factory for a queue row it has no object for."""

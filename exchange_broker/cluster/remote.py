@@ -245,6 +245,19 @@ class RemoteQueue(QueueType):
         spawn(delete())
         return done
 
+    async def served_by_leader(self) -> bool:
+        """The leader answers a passive queue.declare for it (it serves the queue)."""
+        try:
+            link = await self.links.link(self.address, self.vhost)
+            ch = await link.channel()
+            try:
+                await ch.call(commands.Queue.Declare(queue=self.name, passive=True), commands.Queue.DeclareOk)
+            finally:
+                await ch.close()
+            return True
+        except (LinkError, OSError):
+            return False
+
     def _drop_here(self) -> None:
         """Deleted on the leader: gone from this node now, without a write (the leader wrote it)."""
         vh = self.broker.vhosts.get(self.vhost)

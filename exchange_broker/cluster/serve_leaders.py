@@ -88,11 +88,14 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     placement = Placement(node, broker, durability, config.queue_window, make_remote, is_remote)
 
     def claimed(vhost: str, queue: str) -> None:  # the writer thread, after the queue's row
-        leader = node.claim(vhost, queue)
+        leader = node.claim(vhost, queue, placement.for_node(vhost, queue))
         loop.call_soon_threadsafe(node.leaders.__setitem__, (vhost, queue), leader)
 
     durability.on_queue_stored = claimed
     durability.on_queue_dropped = node.leaders_store.forget
+    durability.after_queue_declared = placement.declared
+    placement.locator = config.queue_leader_locator
+    broker.place_queue = placement.place_new
     restore(broker, durability, config.queue_window,
             place=lambda vh, row: None if placement.leads((vh.name, row["name"]))
             else placement.placeholder(vh, row["name"], row))
@@ -102,11 +105,12 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
 
     def load(cluster_store, store):
         rows = load_rows(cluster_store, store)
-        rows.leaders = LeadersStore(cluster_store).leaders()
+        leaders = LeadersStore(cluster_store)
+        rows.leaders, rows.members = leaders.leaders(), leaders.members()
         return rows
 
     def loaded(rows) -> None:
-        node.leaders = rows.leaders
+        node.leaders, node.members = rows.leaders, rows.members
 
     def applied(rows) -> None:
         placement.place(rows.defs.queues)

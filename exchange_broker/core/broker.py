@@ -75,6 +75,8 @@ class Broker:
         # a cluster with per-queue leaders: transient and exclusive queues, transient exchanges and
         # their bindings are stored too (the other nodes route to them; they die with their node)
         self.definitions_shared = False
+        # such a cluster: (vhost, new queue) -> the queue, or a placeholder for it on another node
+        self.place_queue: Callable | None = None
         self.delayed = DelayedExchanges(self)  # messages held by x-delayed-message exchanges
         # while a run of publishes is routed, queues that could deliver wait here and dispatch
         # once at its end (see dispatch_deferred); None: they dispatch at once

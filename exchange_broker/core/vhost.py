@@ -322,6 +322,8 @@ class VHost:
             check_queue_count(self.broker, self, name)  # max-queues (406)
         q = self.broker.make_queue(self, name, durable, owner if exclusive else None, auto_delete,
                                    arguments)
+        if self.broker.place_queue is not None:  # a cluster may have another node lead it
+            q = self.broker.place_queue(self, q)
         self.queues[name] = q
         self.policies.apply_queue(q)
         if durable or self.broker.definitions_shared:

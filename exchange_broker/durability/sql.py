@@ -60,6 +60,7 @@ class SqlDurability(DelayedWrites):
         self.definitions_issued = self.definitions_done = 0
         self.on_queue_stored: Callable[[str, str], None] | None = None
         self.on_queue_dropped: Callable[[str, str], None] | None = None
+        self.after_queue_declared: Callable[[object], None] | None = None  # on the loop, after the write
         self._queue_ids: deque[int] = deque()  # PostgreSQL: ids reserved from the store's sequence
         self._shared_ids = False
         self._reserving = False
@@ -255,6 +256,8 @@ class SqlDurability(DelayedWrites):
             if stored is not None:
                 stored(vhost, name)  # a cluster node claims the queue it declared (writer thread)
         self.write(put)
+        if self.after_queue_declared is not None:
+            self.after_queue_declared(q)
 
     def reserve_queue_ids(self) -> None:
         """At start-up (blocking): a store shared by several processes (PostgreSQL) hands out

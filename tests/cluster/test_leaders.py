@@ -285,3 +285,33 @@ def test_purge_and_delete_through_a_node_that_does_not_lead_the_queue(nodes):
     finally:
         lead.close()
         other.close()
+
+
+def test_the_balanced_locator_spreads_queues_declared_on_one_node(nodes, cluster_url):
+    """Every client on n1 (as behind one address): with --queue-leader-locator balanced the queues are
+    led by the node leading the fewest; each is usable as soon as its declare-ok came."""
+    balanced = (*LEADERS, "--queue-leader-locator", "balanced")
+    n1, n2, n3 = nodes("n1", *balanced), nodes("n2", *balanced), nodes("n3", *balanced)
+    conn = pika_connect(n1.port)
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        # n1 knows every live node once it has applied a change made after n3 began to serve
+        marker = pika_connect(n3.port)
+        marker.channel().queue_declare("marker", durable=True)
+        marker.close()
+        assert wait_until(lambda: known_on(n1, "marker"), timeout=10)
+        for i in range(6):
+            ch.queue_declare(f"b{i}", durable=True)
+            ch.basic_publish("", f"b{i}", f"first in b{i}".encode(), PERSISTENT, mandatory=True)  # confirmed: served
+        local = ch.queue_declare("pinned", durable=True, arguments={"x-queue-leader-locator": "client-local"})
+        assert local.method.queue == "pinned"
+        view = leaders_of(cluster_url)
+        assert view["pinned"] == "n1"
+        led = {n: sum(1 for q, leader in view.items() if leader == n and q != "pinned") for n in ("n1", "n2", "n3")}
+        assert sum(led.values()) == 7 and max(led.values()) - min(led.values()) <= 1  # "marker" and b0-b5
+        for i in range(6):
+            method, _props, body = ch.basic_get(f"b{i}", auto_ack=True)
+            assert body == f"first in b{i}".encode()
+    finally:
+        conn.close()
