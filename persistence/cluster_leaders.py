@@ -74,10 +74,12 @@ class LeadersStore:
             {"store": STORE_LEASE[0]}).all()
         return {(r.vhost, r.queue): Leader(r.leader, r.epoch, r.address or "") for r in rows}
 
-    def claim(self, vhost: str, queue: str, node: str) -> Leader:
-        """Lead a queue this node declared: a new lease (epoch 1), or one whose leader is not a
-        live node (epoch + 1). Returns the queue's leader: this node, or the live node that
-        already leads it."""
+    def claim(self, vhost: str, queue: str, node: str, queue_id: int | None = None) -> tuple[Leader, bool]:
+        """Lead a queue this node declared, before its row is written: a new lease (epoch 1), or
+        one whose leader is not a live node (epoch + 1). Returns the queue's leader (this node, or
+        the live node that already leads it) and whether a row of that name with another id than
+        ``queue_id`` exists (declared elsewhere: that row and its messages must stay; the caller
+        does not write its own)."""
         key = {"v": vhost, "q": queue, "me": node}
         with self.store.transaction() as conn:
             made = conn.execute(text(f"INSERT INTO queue_leases (vhost, queue, leader, epoch, expires_at) "
@@ -90,14 +92,16 @@ class LeadersStore:
                 f"{N_ALIVE}) AS alive "
                 f"FROM queue_leases l LEFT JOIN cluster_nodes n ON n.name = l.leader "
                 f"WHERE l.vhost = :v AND l.queue = :q FOR UPDATE OF l"), key).one()
+            existing = conn.execute(text("SELECT id FROM queues WHERE vhost = :v AND name = :q"), key).scalar()
+            elsewhere = existing is not None and existing != queue_id
             if row.leader == node:
-                return Leader(node, row.epoch, row.amqp_address or "")
+                return Leader(node, row.epoch, row.amqp_address or ""), elsewhere
             if row.alive:
-                return Leader(row.leader, row.epoch, row.amqp_address or "")
+                return Leader(row.leader, row.epoch, row.amqp_address or ""), elsewhere
             conn.execute(text("UPDATE queue_leases SET leader = :me, epoch = epoch + 1 WHERE vhost = :v AND queue = :q"),
                          key)
             self.store.bump_definitions(conn)
-            return Leader(node, row.epoch + 1, "")
+            return Leader(node, row.epoch + 1, ""), elsewhere
 
     def resume(self, node: str) -> int:
         """A node (re)starting: the transient definitions go if it is the only live node (a

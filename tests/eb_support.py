@@ -67,6 +67,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def steady_port() -> int:
+    """A free port below Linux's ephemeral range (32768-60999), for a listener that restarts on
+    the same port: while it is down, no outgoing connection can be given its number."""
+    import random
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
 # -- pika ----------------------------------------------------------------------------------------
 
 def pika_connect(port: int, *, vhost: str = "/", user: str = "guest", password: str = "guest",

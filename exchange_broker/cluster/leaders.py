@@ -101,15 +101,16 @@ class LeaderNode:
         held = self.leaders.get((vhost, queue))
         return held is not None and held.node == self.name
 
-    def claim(self, vhost: str, queue: str, for_node: str | None = None) -> Leader:
-        """Blocking (the store's writer thread, right after the queue's row is written): lead a
-        queue declared on this node (or have ``for_node`` lead it), unless a live node already does."""
+    def claim(self, vhost: str, queue: str, queue_id: int, for_node: str | None = None) -> tuple[Leader, bool]:
+        """Blocking (the store's writer thread, before the queue's row is written): lead a queue
+        declared on this node (or have ``for_node`` lead it), unless a live node already does.
+        Also says whether a row of that name exists already (see ``LeadersStore.claim``)."""
         wanted = for_node or self.name
-        leader = self.leaders_store.claim(vhost, queue, wanted)
-        if leader.node != wanted:
-            log.error("cluster: queue '%s' in vhost '%s' was declared here and on node '%s' at the same "
-                      "time; '%s' leads it", queue, vhost, leader.node, leader.node)
-        return leader
+        leader, elsewhere = self.leaders_store.claim(vhost, queue, wanted, queue_id)
+        if leader.node != wanted or elsewhere:
+            log.warning("cluster: queue '%s' in vhost '%s' was declared here and on node '%s' at about the same "
+                        "time; the queue of node '%s' is kept", queue, vhost, leader.node, leader.node)
+        return leader, elsewhere
 
     def guard(self) -> None:
         """Before this node answers a client: a node whose last confirmed beat is older than its

@@ -50,7 +50,7 @@ class Placement:
     def keep(self, q) -> bool:
         """A queue whose row no read has had yet was declared here a moment ago (led here or, with
         the balanced locator, elsewhere): a reload that raced the declare must not remove it."""
-        return q.store_id not in self.seen
+        return q.store_id is not None and q.store_id not in self.seen
 
     def leads(self, key: tuple[str, str]) -> bool:
         held = self.node.leaders.get(key)
@@ -77,6 +77,20 @@ class Placement:
         self.elsewhere[(vh.name, q.name)] = target
         self.await_leader.add((vh.name, q.name))
         return remote
+
+    def lost_declare(self, vhost: str, queue: str, queue_id: int, leader) -> None:
+        """A queue declared here had been declared on another node a moment before (its row is
+        kept): this node's queue becomes a placeholder now (publishes into it would not be stored:
+        they are nacked), and the next read of the definitions gives it the stored row's id."""
+        vh = self.broker.vhosts.get(vhost)
+        q = vh.queues.get(queue) if vh is not None else None
+        if q is None or q.store_id != queue_id:
+            return
+        remote = self.make_remote(self.broker, vhost, queue, {"auto_delete": q.auto_delete, "durable": q.durable,
+                                                              "arguments": encode_args(q.arguments)}, leader)
+        self._swap(vh, q, remote)  # store_id None: the reload replaces it with the stored queue's
+        if self.node.mirror is not None:
+            self.node.mirror.request()
 
     def for_node(self, vhost: str, queue: str) -> str | None:
         """Which node the claim of a queue declared here is for (None: this node)."""

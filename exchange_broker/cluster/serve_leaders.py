@@ -81,17 +81,24 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     node.links = Links(LINK_USER, node.link_secret, name=f"exchange-broker node {node.name}")
 
     def make_remote(broker_, vhost: str, name: str, row: dict, leader):
-        return RemoteQueue(broker_, vhost, name, links=node.links, address=address_of(leader),
+        # a placeholder never forwards to its own node (it waits for the queue to be made real here)
+        address = address_of(leader) if leader is None or leader.node != node.name else None
+        return RemoteQueue(broker_, vhost, name, links=node.links, address=address,
                            leader=leader.node if leader is not None else "", durable=row["durable"],
                            auto_delete=row["auto_delete"], arguments=decode_args(row["arguments"]))
 
     placement = Placement(node, broker, durability, config.queue_window, make_remote, is_remote)
 
-    def claimed(vhost: str, queue: str) -> None:  # the writer thread, after the queue's row
-        leader = node.claim(vhost, queue, placement.for_node(vhost, queue))
+    def claim(vhost: str, queue: str, queue_id: int) -> bool:  # the writer thread, before the row
+        wanted = placement.for_node(vhost, queue)
+        leader, elsewhere = node.claim(vhost, queue, queue_id, wanted)
         loop.call_soon_threadsafe(node.leaders.__setitem__, (vhost, queue), leader)
+        if leader.node != (wanted or node.name) or elsewhere:
+            loop.call_soon_threadsafe(placement.lost_declare, vhost, queue, queue_id, leader)
+            return False
+        return True
 
-    durability.on_queue_stored = claimed
+    durability.claim_queue = claim
     durability.on_queue_dropped = node.leaders_store.forget
     durability.after_queue_declared = placement.declared
     placement.locator = config.queue_leader_locator

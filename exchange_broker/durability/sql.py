@@ -53,12 +53,13 @@ class SqlDurability(DelayedWrites):
         self.loop = loop
         self.writer = GroupCommitWriter(store, self._on_done_thread)
         self.next_queue_id = 1  # SQLite: this process allocates queue ids
-        # a cluster with per-queue leaders: called on the writer thread once a declared queue's row
-        # is written / a deleted queue's row is gone, (vhost, name)
         # definition writes issued and finished (a cluster node's definitions mirror applies a read
         # of the store only if none of this node's own writes was under way meanwhile)
         self.definitions_issued = self.definitions_done = 0
-        self.on_queue_stored: Callable[[str, str], None] | None = None
+        # a cluster with per-queue leaders, on the writer thread: claim_queue(vhost, name, id) before
+        # a declared queue's row is written (False: do not write it), on_queue_dropped(vhost, name)
+        # once a deleted queue's row is gone
+        self.claim_queue: Callable[[str, str, int], bool] | None = None
         self.on_queue_dropped: Callable[[str, str], None] | None = None
         self.after_queue_declared: Callable[[object], None] | None = None  # on the loop, after the write
         self._queue_ids: deque[int] = deque()  # PostgreSQL: ids reserved from the store's sequence
@@ -241,20 +242,21 @@ class SqlDurability(DelayedWrites):
         self.write(lambda s: s.delete_exchange(ex.vhost, ex.name))
 
     def queue_declared(self, q) -> None:
-        if q.exclusive and self.on_queue_stored is None:
+        if q.exclusive and self.claim_queue is None:
             return  # exclusive queues die with their connection: never stored, as in RabbitMQ
         q.store_id = self._next_queue_id()
         args = encode_args(q.arguments)
         qid = q.store_id
         if q.durable:  # a transient queue's row (a cluster's shared definitions) holds no messages
             self.attach(q, self.window)
-        stored = self.on_queue_stored
+        claim = self.claim_queue
         vhost, name, exclusive = q.vhost, q.name, q.exclusive
 
         def put(s):
-            s.put_queue(vhost, name, q.durable, exclusive, q.auto_delete, args, queue_id=qid)
-            if stored is not None:
-                stored(vhost, name)  # a cluster node claims the queue it declared (writer thread)
+            # a cluster node claims the queue first (writer thread); declared elsewhere meanwhile,
+            # the other node's row and messages stay and this node's queue becomes a placeholder
+            if claim is None or claim(vhost, name, qid):
+                s.put_queue(vhost, name, q.durable, exclusive, q.auto_delete, args, queue_id=qid)
         self.write(put)
         if self.after_queue_declared is not None:
             self.after_queue_declared(q)

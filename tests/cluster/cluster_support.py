@@ -12,7 +12,7 @@ from pathlib import Path
 import pika
 
 from persistence.cluster_store import ClusterStore
-from eb_support import REPO, SubprocessBroker, free_port, pika_connect, subprocess_env, wait_until
+from eb_support import REPO, SubprocessBroker, pika_connect, steady_port, subprocess_env, wait_until
 
 HEARTBEAT = "0.2"  # seconds: short beats and timeout keep the tests quick
 FAILOVER_TIMEOUT = "2"
@@ -25,8 +25,9 @@ class NodeProcess(SubprocessBroker):
 
     def __init__(self, workdir: Path, url: str, name: str, *extra: str) -> None:
         self.name = name
-        self.admin_port = free_port()
-        self.amqp_port = free_port()  # the same across restarts, as a real node's: clients list it
+        # the same across restarts, as a real node's (clients list it): out of the ephemeral range
+        self.admin_port = steady_port()
+        self.amqp_port = steady_port()
         mode = [] if "--cluster-mode" in extra else ["--cluster-mode", "active-standby"]  # unless the test says
         super().__init__(workdir, ["--cluster", *mode, "--database-url", url, "--node-name", name, "--port", str(self.amqp_port),
                                    "--cluster-heartbeat", HEARTBEAT, "--cluster-failover-timeout", FAILOVER_TIMEOUT,

@@ -34,4 +34,6 @@ def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
             node.kill()
         for node in started:
             print(f"----- node {node.name} (exit {node.proc.returncode if node.proc else None}) -----")
+            for path in sorted(node.workdir.glob(f"node-{node.name}-*.log"))[:-1]:  # earlier runs of it
+                print(f"(run {path.name})\n{path.read_text(errors='replace')[-3000:]}")
             print(node.log()[-6000:])

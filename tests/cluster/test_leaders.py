@@ -291,7 +291,7 @@ def test_the_balanced_locator_spreads_queues_declared_on_one_node(nodes, cluster
     """Every client on n1 (as behind one address): with --queue-leader-locator balanced the queues are
     led by the node leading the fewest; each is usable as soon as its declare-ok came."""
     balanced = (*LEADERS, "--queue-leader-locator", "balanced")
-    n1, n2, n3 = nodes("n1", *balanced), nodes("n2", *balanced), nodes("n3", *balanced)
+    n1, _n2, n3 = nodes("n1", *balanced), nodes("n2", *balanced), nodes("n3", *balanced)
     conn = pika_connect(n1.port)
     try:
         ch = conn.channel()
@@ -315,3 +315,50 @@ def test_the_balanced_locator_spreads_queues_declared_on_one_node(nodes, cluster
             assert body == f"first in b{i}".encode()
     finally:
         conn.close()
+
+
+def test_the_same_queue_declared_on_two_nodes_at_once_keeps_every_confirmed_message(nodes):
+    """Clients on n1 and n2 declare the same new queue at the same moment and publish to it with
+    confirms: one node's queue is kept (the other's becomes a placeholder for it); every message
+    either side had confirmed is in it."""
+    import threading
+    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    conns = [pika_connect(n1.port), pika_connect(n2.port)]
+    try:
+        channels = [c.channel() for c in conns]
+        for ch in channels:
+            ch.confirm_delivery()
+        confirmed: dict[str, list[bytes]] = {}
+
+        def declare_and_publish(i: int, queue: str, gate: threading.Barrier) -> None:
+            ch = channels[i]
+            gate.wait()
+            ch.queue_declare(queue, durable=True)
+            for k in range(5):
+                body = f"{queue}/n{i + 1}/{k}".encode()
+                try:
+                    ch.basic_publish("", queue, body, PERSISTENT, mandatory=True)
+                except pika.exceptions.NackError:
+                    continue  # not stored: the publisher was told so
+                confirmed.setdefault(queue, []).append(body)
+        for r in range(10):
+            queue = f"race-{r}"
+            gate = threading.Barrier(2)
+            threads = [threading.Thread(target=declare_and_publish, args=(i, queue, gate)) for i in (0, 1)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+        for r in range(10):
+            queue = f"race-{r}"
+            got = []
+            assert wait_until(lambda q=queue: known_on(n1, q) and known_on(n2, q), timeout=10)
+            while True:
+                method, _props, body = channels[0].basic_get(queue, auto_ack=True)
+                if method is None:
+                    break
+                got.append(body)
+            assert set(confirmed.get(queue, [])) <= set(got), queue
+    finally:
+        for c in conns:
+            c.close()
