@@ -28,6 +28,7 @@ from exchange_broker.protocol import codec
 log = logging.getLogger("exchange_broker.cluster")
 
 NO_ACK_WINDOW = 256  # leader's prefetch for a no-ack local consumer (relayed messages ack at once)
+RETRY_LINK = 0.5  # seconds between attempts to reach a leader for a waiting consumer
 
 ACK, NACK, REJECT = 0, 1, 2
 
@@ -122,12 +123,23 @@ class Relay(Holder):
         return getattr(c, "prefetch", 0) or getattr(channel, "global_prefetch", 0) or 0
 
     def start(self) -> None:
+        if self.stopping or self.dead:
+            return
         self.task = spawn(self._start())
 
     async def _start(self) -> None:
         q, c = self.queue, self.consumer
         try:
             link = await q.links.link(q.address, q.vhost)
+        except (LinkError, OSError) as exc:
+            # the leader cannot be reached (it is stopping, or dead and not yet replaced): the local
+            # consumer waits, and the relay tries again; when the queue moves, ``retarget`` cancels
+            # it (basic.cancel) and the client consumes again through the new leader
+            log.debug("relaying %s: the leader at %s:%s cannot be reached (%s); trying again", q.describe(),
+                      *q.address, exc)
+            asyncio.get_running_loop().call_later(RETRY_LINK, self.start)
+            return
+        try:
             self.channel = await link.channel()
             if self.stopping:
                 await _close(self.channel)
