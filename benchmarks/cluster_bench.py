@@ -10,8 +10,14 @@ with two nodes, one load process runs against the active node (local) and one ag
 ``cluster_failover.py``'s run: SIGKILL of the active node to the first delivery on the survivor.
 Every figure is the median of ``--runs`` runs.
 
+With ``--cluster-mode leaders`` (every node serves, each durable queue led by the node that
+declared it) the figures are ``cluster_leaders_bench.py``'s: local and forwarded throughput for
+each node count, the cost of a forwarded publish and delivery, and the failover of a queue's
+leader.
+
     python benchmarks/cluster_bench.py --runs 3 --seconds 8
     python benchmarks/cluster_bench.py --nodes 1,3 --scenario transient --queues 6 --skip-failover
+    python benchmarks/cluster_bench.py --cluster-mode leaders --runs 3 --seconds 8 --json
 """
 from __future__ import annotations
 
@@ -90,11 +96,24 @@ def main() -> int:
     p.add_argument("--nodes", default="1,2,3", help="node counts to measure, a comma list")
     p.add_argument("--queues", type=int, default=6, help="load processes (one queue each), spread over the nodes")
     p.add_argument("--seconds", type=float, default=8.0)
-    p.add_argument("--scenario", default="persistent", help="amqp_load.py's scenario (default persistent)")
+    p.add_argument("--scenario", default="persistent",
+                   help="amqp_load.py's scenario (default persistent; active-standby only)")
     p.add_argument("--failover-timeout", type=float, default=8.0)
     p.add_argument("--messages", type=int, default=1000, help="messages confirmed before each failover run")
     p.add_argument("--skip-failover", action="store_true")
+    p.add_argument("--cluster-mode", choices=("active-standby", "leaders"), default="active-standby")
+    leaders = p.add_argument_group("--cluster-mode leaders")
+    leaders.add_argument("--skip-cost", action="store_true", help="skip the local against forwarded cost")
+    leaders.add_argument("--failover-rate", type=float, default=1000.0,
+                         help="msg/s the producer publishes during the failover runs")
+    leaders.add_argument("--keep-logs", metavar="DIR", help="copy the node logs of a failed run into DIR")
+    leaders.add_argument("--json", action="store_true", help="print the report as one JSON line last")
     args = p.parse_args()
+    if args.cluster_mode == "leaders":
+        if args.scenario != "persistent":
+            p.error("--cluster-mode leaders measures persistent messages with confirms only")
+        from cluster_leaders_bench import run_leaders
+        return run_leaders(args)
     report: dict = {"scenario": args.scenario, "queues": args.queues, "seconds": args.seconds, "runs": args.runs}
     for count in [int(n) for n in args.nodes.split(",")]:
         rates = [aggregate(args.pg_url, count, args) for _ in range(args.runs)]
