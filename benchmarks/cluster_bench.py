@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Cluster throughput on this machine: 1, 2 and 3 nodes with clients spread over the nodes, the
-cost of a connection passed on by a standby against a local one, and the failover time.
+cost of a forwarded (or passed-on) message against a local one, and the failover time.
 
-For each node count, a throwaway PostgreSQL database gets that many ``serve --cluster`` nodes;
+With ``--cluster-mode leaders`` (the default, as the broker's: every node serves, each durable
+queue led by the node that declared it) the figures are ``cluster_leaders_bench.py``'s: local and
+forwarded throughput for each node count, the cost of a forwarded publish and delivery, and the
+failover of a queue's leader.
+
+With ``--cluster-mode active-standby``: for each node count, a throwaway PostgreSQL database gets that many ``serve --cluster`` nodes;
 ``--queues`` load processes (``amqp_load.py``: one producer and one consumer on a queue of their
 own) run at once, the i-th connected to node i mod n, and their consumed rates are summed. Then,
 with two nodes, one load process runs against the active node (local) and one against the standby
@@ -10,14 +15,9 @@ with two nodes, one load process runs against the active node (local) and one ag
 ``cluster_failover.py``'s run: SIGKILL of the active node to the first delivery on the survivor.
 Every figure is the median of ``--runs`` runs.
 
-With ``--cluster-mode leaders`` (every node serves, each durable queue led by the node that
-declared it) the figures are ``cluster_leaders_bench.py``'s: local and forwarded throughput for
-each node count, the cost of a forwarded publish and delivery, and the failover of a queue's
-leader.
-
-    python benchmarks/cluster_bench.py --runs 3 --seconds 8
-    python benchmarks/cluster_bench.py --nodes 1,3 --scenario transient --queues 6 --skip-failover
-    python benchmarks/cluster_bench.py --cluster-mode leaders --runs 3 --seconds 8 --json
+    python benchmarks/cluster_bench.py --runs 3 --seconds 8 --json
+    python benchmarks/cluster_bench.py --cluster-mode active-standby --runs 3 --seconds 8
+    python benchmarks/cluster_bench.py --cluster-mode active-standby --nodes 1,3 --scenario transient --skip-failover
 """
 from __future__ import annotations
 
@@ -101,7 +101,8 @@ def main() -> int:
     p.add_argument("--failover-timeout", type=float, default=8.0)
     p.add_argument("--messages", type=int, default=1000, help="messages confirmed before each failover run")
     p.add_argument("--skip-failover", action="store_true")
-    p.add_argument("--cluster-mode", choices=("active-standby", "leaders"), default="active-standby")
+    p.add_argument("--cluster-mode", choices=("leaders", "active-standby"), default="leaders",
+                   help="the nodes' --cluster-mode (default leaders, as the broker's)")
     leaders = p.add_argument_group("--cluster-mode leaders")
     leaders.add_argument("--skip-cost", action="store_true", help="skip the local against forwarded cost")
     leaders.add_argument("--failover-rate", type=float, default=1000.0,

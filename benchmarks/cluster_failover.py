@@ -35,8 +35,7 @@ def start_node(url: str, name: str, workdir: str, heartbeat: float, timeout: flo
                mode: str = "active-standby") -> tuple[subprocess.Popen, str]:
     port_file = os.path.join(workdir, f"port-{name}")
     log = open(os.path.join(workdir, f"{name}.log"), "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "exchange_broker", "serve", "--cluster", "--cluster-mode", "active-standby",
-                             "--database-url", url,
+    proc = subprocess.Popen([sys.executable, "-m", "exchange_broker", "serve", "--cluster", "--database-url", url,
                              "--node-name", name, "--host", "127.0.0.1", "--port", "0", "--port-file", port_file,
                              "--admin-port", "0", "--heartbeat", "0", "--cluster-heartbeat", str(heartbeat),
                              "--cluster-failover-timeout", str(timeout), "--cluster-mode", mode],

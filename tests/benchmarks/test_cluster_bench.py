@@ -17,7 +17,8 @@ PG_URL = os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0
 
 @pytest.mark.slow
 def test_cluster_bench_reports_each_node_count_the_passed_on_cost_and_failover(pg_database):
-    out = subprocess.run([sys.executable, str(BENCH / "cluster_bench.py"), "--pg-url", PG_URL, "--runs", "1",
+    out = subprocess.run([sys.executable, str(BENCH / "cluster_bench.py"), "--cluster-mode", "active-standby",
+                          "--pg-url", PG_URL, "--runs", "1",
                           "--nodes", "1,2", "--queues", "2", "--seconds", "2", "--scenario", "transient",
                           "--heartbeat", "0.2", "--failover-timeout", "1", "--messages", "50"],
                          capture_output=True, text=True, timeout=240)
