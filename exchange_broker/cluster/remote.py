@@ -152,8 +152,8 @@ class RemoteQueue(QueueType):
         relay = self.relays.pop(consumer, None)
         if relay is not None:
             relay.stop()
-        if not self.consumers and self.on_empty_consumers is not None:
-            self.on_empty_consumers(self)
+        # (an auto-delete queue is deleted by its leader once its last consumer, relays included,
+        # is gone: not by a node whose own consumers went)
 
     def relay_gone(self, relay: Relay) -> None:
         """A relay lost its consumer on the leader: cancel the local consumer (basic.cancel)."""

@@ -362,3 +362,27 @@ def test_the_same_queue_declared_on_two_nodes_at_once_keeps_every_confirmed_mess
     finally:
         for c in conns:
             c.close()
+
+
+def test_an_auto_delete_queue_goes_when_its_last_consumer_on_any_node_goes(nodes):
+    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    c1, c2 = pika_connect(n1.port), pika_connect(n2.port)
+    try:
+        ch1, ch2 = c1.channel(), c2.channel()
+        ch1.queue_declare("auto", durable=True, auto_delete=True)
+        assert wait_until(lambda: known_on(n2, "auto"), timeout=10)
+        tag2 = ch2.basic_consume("auto", lambda *_: None)  # relayed from n1
+        tag1 = ch1.basic_consume("auto", lambda *_: None)
+        assert wait_until(lambda: requests.get(f"http://127.0.0.1:{n1.admin_port}/api/queues/%2F/auto",
+                                               auth=("guest", "guest"), timeout=10).json()["consumers"] == 2,
+                          timeout=10)
+        ch2.basic_cancel(tag2)  # n2's consumer goes: the queue stays, n1's consumer still uses it
+        assert wait_until(lambda: requests.get(f"http://127.0.0.1:{n1.admin_port}/api/queues/%2F/auto",
+                                               auth=("guest", "guest"), timeout=10).json()["consumers"] == 1,
+                          timeout=10)
+        assert known_on(n1, "auto") and known_on(n2, "auto")
+        ch1.basic_cancel(tag1)  # the last one: deleted by its leader, gone on every node
+        assert wait_until(lambda: not known_on(n1, "auto") and not known_on(n2, "auto"), timeout=10)
+    finally:
+        c1.close()
+        c2.close()
