@@ -291,7 +291,9 @@ def test_the_balanced_locator_spreads_queues_declared_on_one_node(nodes, cluster
     """Every client on n1 (as behind one address): with --queue-leader-locator balanced the queues are
     led by the node leading the fewest; each is usable as soon as its declare-ok came."""
     balanced = (*LEADERS, "--queue-leader-locator", "balanced")
-    n1, _n2, n3 = nodes("n1", *balanced), nodes("n2", *balanced), nodes("n3", *balanced)
+    n1 = nodes("n1", *balanced)
+    nodes("n2", *balanced)
+    n3 = nodes("n3", *balanced)
     conn = pika_connect(n1.port)
     try:
         ch = conn.channel()
@@ -386,3 +388,24 @@ def test_an_auto_delete_queue_goes_when_its_last_consumer_on_any_node_goes(nodes
     finally:
         c1.close()
         c2.close()
+
+
+def test_message_ttl_applies_on_the_leader_for_messages_published_through_another_node(nodes):
+    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    lead, other = pika_connect(n1.port), pika_connect(n2.port)
+    try:
+        d, o = lead.channel(), other.channel()
+        o.confirm_delivery()
+        d.queue_declare("short-lived", durable=True, arguments={"x-message-ttl": 200})
+        d.queue_declare("per-message", durable=True)
+        assert wait_until(lambda: known_on(n2, "short-lived") and known_on(n2, "per-message"), timeout=10)
+        o.basic_publish("", "short-lived", b"queue ttl", PERSISTENT, mandatory=True)
+        o.basic_publish("", "per-message", b"message ttl", pika.BasicProperties(delivery_mode=2, expiration="200"),
+                        mandatory=True)
+        o.basic_publish("", "per-message", b"kept", PERSISTENT, mandatory=True)
+        assert wait_until(lambda: d.queue_declare("short-lived", passive=True).method.message_count == 0, timeout=10)
+        assert wait_until(lambda: d.queue_declare("per-message", passive=True).method.message_count == 1, timeout=10)
+        assert o.basic_get("per-message", auto_ack=True)[2] == b"kept"
+    finally:
+        lead.close()
+        other.close()
