@@ -33,6 +33,9 @@ def find_stream(ctx: AdminContext, vhost: str, name: str):
     if not is_stream(q):
         raise bad_request(f"queue '{name}' in vhost '{vhost}' is not a stream queue: "
                           f"queue '{name}' in vhost '{vhost}' is not a stream")
+    if q.led_elsewhere:  # a cluster: the stream's log and offsets are served by its leader's admin API
+        raise bad_request(f"stream '{name}' in vhost '{vhost}' is led by node '{q.leader}': ask that node's "
+                          f"admin API (exchange-broker cluster status lists it)")
     return q
 
 

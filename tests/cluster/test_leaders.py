@@ -409,3 +409,20 @@ def test_message_ttl_applies_on_the_leader_for_messages_published_through_anothe
     finally:
         lead.close()
         other.close()
+
+
+def test_a_streams_chunks_and_info_are_served_by_its_leaders_admin_api(nodes):
+    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    conn = pika_connect(n1.port)
+    try:
+        ch = conn.channel()
+        ch.queue_declare("log", durable=True, arguments={"x-queue-type": "stream"})
+        assert wait_until(lambda: known_on(n2, "log"), timeout=10)
+        auth = ("guest", "guest")
+        assert requests.get(f"http://127.0.0.1:{n1.admin_port}/api/stream-chunks/%2F/log?from=0&to=1", auth=auth,
+                            timeout=10).status_code == 200
+        elsewhere = requests.get(f"http://127.0.0.1:{n2.admin_port}/api/stream-chunks/%2F/log?from=0&to=1", auth=auth,
+                                 timeout=10)
+        assert elsewhere.status_code == 400 and "led by node 'n1'" in elsewhere.json()["reason"]
+    finally:
+        conn.close()
