@@ -58,6 +58,10 @@ class Link(asyncio.Protocol):
         self._silent_once = False
         self.channel_max = CHANNEL_MAX
         self._closed = asyncio.get_running_loop().create_future()
+        # output is written once per event-loop turn (one send for every frame of that turn)
+        self._out: list = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._acking: set = set()  # channels with acks to coalesce before the next write
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
@@ -146,6 +150,7 @@ class Link(asyncio.Protocol):
         if channel == 0:
             if isinstance(m, commands.Connection.Close):
                 self._send(method(0, commands.Connection.CloseOk()))
+                self._flush()
                 self._fail(LinkError(f"closed by the node: {m.reply_code} {m.reply_text}", m.reply_code))
             elif isinstance(m, commands.Connection.CloseOk):
                 self._fail(LinkError("closed"))
@@ -159,13 +164,38 @@ class Link(asyncio.Protocol):
             ch._method(m)
 
     def _send(self, data) -> None:
+        """Queue frames (bytes, or a list of them): written at the end of this event-loop turn."""
         t = self.transport
         if t is None or t.is_closing():
             raise self.error or LinkError("link is closed")
         if isinstance(data, list):
-            t.writelines(data)
+            self._out.extend(data)
         else:
-            t.write(data)
+            self._out.append(data)
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _ack_later(self, channel) -> None:
+        """``channel`` has acks to send: coalesced (``LinkChannel.flush_acks``) before the next write."""
+        self._acking.add(channel)
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        if self._acking:
+            acking, self._acking = self._acking, set()
+            for ch in acking:
+                try:
+                    ch.flush_acks()  # appends to the output (this flush writes it)
+                except LinkError:
+                    pass  # the link is closing: the node requeues what was not acked
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        out, self._out = self._out, []
+        t = self.transport
+        if out and t is not None and not t.is_closing():
+            t.write(b"".join(out))
 
     def _schedule_beat(self) -> None:
         self._beat = asyncio.get_running_loop().call_later(self.heartbeat / 2, self._on_beat)

@@ -40,12 +40,18 @@ class LinkChannel:
         self._unconfirmed: OrderedDict[int, asyncio.Future] = OrderedDict()
         self._consumers: dict[str, tuple[OnDelivery, OnCancel | None]] = {}
         self._tags = count(1)
+        # deliveries not yet settled, in delivery-tag order, and acks not yet sent: the acks of an
+        # event-loop turn go as one basic.ack(multiple) where they cover a prefix (flush_acks)
+        self._outstanding: OrderedDict[int, None] = OrderedDict()
+        self._acks: set[int] = set()
+        self._no_ack: set[str] = set()  # consumer tags of no-ack consumers (nothing to settle)
 
     # -- calls -----------------------------------------------------------------------------------
     async def call(self, m, *replies):
         """Send a synchronous method; returns the node's reply (one of ``replies``)."""
         if self.error is not None:
             raise self.error
+        self.flush_acks()  # before a cancel or close: what was acked must not come back
         fut = asyncio.get_running_loop().create_future()
         self._rpc.append((replies, fut))
         self.link._send(method(self.number, m))
@@ -109,6 +115,8 @@ class LinkChannel:
             await self.call(commands.Basic.Qos(prefetch_count=prefetch), commands.Basic.QosOk)
         tag = tag or f"link-{self.number}-{next(self._tags)}"
         self._consumers[tag] = (on_delivery, on_cancel)  # deliveries may follow consume-ok at once
+        if no_ack:
+            self._no_ack.add(tag)
         try:
             await self.call(commands.Basic.Consume(queue=queue, consumer_tag=tag, no_ack=no_ack,
                                                    exclusive=exclusive, arguments=arguments or {}),
@@ -123,13 +131,55 @@ class LinkChannel:
         self._consumers.pop(tag, None)
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
-        self.link._send(codec.ack_frame(self.number, delivery_tag, multiple))
+        if multiple:
+            self.flush_acks()
+            self._settled_upto(delivery_tag)
+            self.link._send(codec.ack_frame(self.number, delivery_tag, True))
+            return
+        if self.error is not None:
+            raise self.error
+        self._acks.add(delivery_tag)
+        self.link._ack_later(self)
+
+    def flush_acks(self) -> None:
+        """Send the acks waiting since the last write: one basic.ack(multiple) for those that are
+        the oldest unsettled deliveries, one basic.ack each for the rest."""
+        if not self._acks or self.error is not None:
+            self._acks.clear()
+            return
+        acks, self._acks = self._acks, set()
+        out = self._outstanding
+        top = count_prefix = 0
+        while out:
+            tag = next(iter(out))
+            if tag not in acks:
+                break
+            out.popitem(last=False)
+            acks.discard(tag)
+            top, count_prefix = tag, count_prefix + 1
+        frames = [codec.ack_frame(self.number, top, count_prefix > 1)] if count_prefix else []
+        for tag in sorted(acks):
+            out.pop(tag, None)
+            frames.append(codec.ack_frame(self.number, tag, False))
+        self.link._send(frames)
+
+    def _settled_upto(self, tag: int) -> None:
+        out = self._outstanding
+        while out and next(iter(out)) <= tag:
+            out.popitem(last=False)
 
     def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
+        self.flush_acks()
+        if multiple:
+            self._settled_upto(delivery_tag)
+        else:
+            self._outstanding.pop(delivery_tag, None)
         self.link._send(method(self.number, commands.Basic.Nack(
             delivery_tag=delivery_tag, multiple=multiple, requeue=requeue)))
 
     def reject(self, delivery_tag: int, requeue: bool = True) -> None:
+        self.flush_acks()
+        self._outstanding.pop(delivery_tag, None)
         self.link._send(method(self.number, commands.Basic.Reject(delivery_tag=delivery_tag,
                                                                   requeue=requeue)))
 
@@ -137,7 +187,11 @@ class LinkChannel:
         """basic.get: the message (``message_count`` = how many are left) or None (empty)."""
         got = await self.call(commands.Basic.Get(queue=queue, no_ack=no_ack),
                               Delivery, commands.Basic.GetEmpty)
-        return got if isinstance(got, Delivery) else None
+        if not isinstance(got, Delivery):
+            return None
+        if no_ack:
+            self._outstanding.pop(got.delivery_tag, None)  # nothing to settle
+        return got
 
     # -- from the link ---------------------------------------------------------------------------
     def _method(self, m) -> None:
@@ -162,10 +216,13 @@ class LinkChannel:
 
     def _content(self, d: Delivery) -> None:
         if d.consumer_tag:
+            if d.consumer_tag not in self._no_ack:
+                self._outstanding[d.delivery_tag] = None
             entry = self._consumers.get(d.consumer_tag)
             if entry is not None:
                 entry[0](d)
         elif d.message_count is not None:
+            self._outstanding[d.delivery_tag] = None
             self._reply(d)
         elif self.on_return is not None:
             self.on_return(d)
