@@ -31,7 +31,7 @@ from persistence.cluster_leaders import Leader, LeadersStore, node_fence
 from persistence.cluster_store import ClusterStore, NodeNameInUse
 from sqlalchemy.exc import SQLAlchemyError
 
-from exchange_broker.cluster.node import ClusterStartError
+from exchange_broker.cluster.node import ClusterStartError, beat_forever
 
 log = logging.getLogger("exchange_broker.cluster")
 
@@ -128,14 +128,7 @@ class LeaderNode:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="cluster-heartbeat")
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat)
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - one bad beat must not end the heartbeat
-                log.exception("cluster: heartbeat failed")
+        await beat_forever(self.heartbeat, self.tick)
 
     async def tick(self) -> None:
         await self.renew()
@@ -167,10 +160,6 @@ class LeaderNode:
         self.last_beat_ok = started
         return True
 
-    async def refresh_leaders(self) -> dict[tuple[str, str], Leader]:
-        self.leaders = await self._call(self.leaders_store.leaders)
-        return self.leaders
-
     def _lose(self, why: str) -> None:
         log.error("cluster: node '%s' stops serving: %s", self.name, why)
         self.role = "lost"
@@ -181,12 +170,6 @@ class LeaderNode:
     # -- views and the end ------------------------------------------------------------------------
     async def nodes(self) -> list[dict]:
         return await self._call(self.store.nodes)
-
-    def amqp_target(self) -> str | None:
-        return None  # every node serves: no connection is passed on
-
-    def admin_target(self) -> str | None:
-        return None
 
     async def stop(self) -> None:
         """A clean stop: no more beats; the node's row goes, so its queues move at the next beat of

@@ -43,6 +43,18 @@ log = logging.getLogger("exchange_broker.cluster")
 LEASES_PER_BEAT = 200  # queues whose lease is taken per heartbeat (a big store leases over a few beats)
 
 
+async def beat_forever(interval: float, tick: Callable) -> None:
+    """``await tick()`` every ``interval`` seconds until cancelled (a node's heartbeat)."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await tick()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - one bad beat must not end the heartbeat
+            log.exception("cluster: heartbeat failed")
+
+
 class ClusterStartError(Exception):
     """The node cannot join (its name is in use by a live node, ...): one line."""
 
@@ -258,14 +270,7 @@ class ClusterNode:
             return True  # unknown: the lock check decides
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat)
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - one bad beat must not end the heartbeat
-                log.exception("cluster: heartbeat failed")
+        await beat_forever(self.heartbeat, self.tick)
 
     async def tick(self) -> None:
         """One beat of an active node: the lock first (a node without it must not even beat), then

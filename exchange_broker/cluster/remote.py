@@ -195,65 +195,55 @@ class RemoteQueue(QueueType):
         raise AMQPError(PRECONDITION_FAILED, f"{self.describe()} is led by node '{self.leader}': "
                         f"purge it there", 50, 30, hard=False)
 
-    def purge_on_leader(self, purge_ok) -> Waiter:
-        """queue.purge on the leader: the waiter fires once it answered, with ``purge_ok``'s
-        message count set to the leader's (False: it could not be reached)."""
+    async def _on_leader(self, m, reply):
+        """One synchronous method on the leader, on a link channel of its own; its answer."""
+        if self.address is None:
+            raise LinkError("no node leads it now (a failover is under way)")
+        link = await self.links.link(self.address, self.vhost)
+        ch = await link.channel()
+        try:
+            return await ch.call(m, reply)
+        finally:
+            await ch.close()
+
+    def _leader_call(self, what: str, m, reply, method_id: int, answered) -> Waiter:
+        """``m`` on the leader; the waiter fires True after ``answered(answer)`` ran, False (with
+        ``leader_error`` set) when the leader refused or could not be reached."""
         done = Waiter()
 
-        async def purge() -> None:
+        async def run() -> None:
             try:
-                if self.address is None:
-                    raise LinkError("no node leads it now (a failover is under way)")
-                link = await self.links.link(self.address, self.vhost)
-                ch = await link.channel()
-                try:
-                    answer = await ch.call(commands.Queue.Purge(queue=self.name), commands.Queue.PurgeOk)
-                finally:
-                    await ch.close()
+                answer = await self._on_leader(m, reply)
             except (LinkError, OSError) as exc:
-                self._failed_on_leader("purging", exc, 30)
+                self._failed_on_leader(what, exc, method_id)
                 done.fire(False)
                 return
-            purge_ok.message_count = answer.message_count
+            answered(answer)
             done.fire(True)
-        spawn(purge())
+        spawn(run())
         return done
+
+    def purge_on_leader(self, purge_ok) -> Waiter:
+        """queue.purge on the leader: ``purge_ok`` gets the leader's message count."""
+        def answered(answer) -> None:
+            purge_ok.message_count = answer.message_count
+        return self._leader_call("purging", commands.Queue.Purge(queue=self.name), commands.Queue.PurgeOk, 30,
+                                 answered)
 
     def delete_on_leader(self, delete_ok, if_unused: bool, if_empty: bool) -> Waiter:
         """queue.delete on the leader (its if-unused and if-empty checks); once it answered, the
         placeholder goes at once (the leader's definition change removes it on every node)."""
-        done = Waiter()
-
-        async def delete() -> None:
-            try:
-                if self.address is None:
-                    raise LinkError("no node leads it now (a failover is under way)")
-                link = await self.links.link(self.address, self.vhost)
-                ch = await link.channel()
-                try:
-                    answer = await ch.call(commands.Queue.Delete(queue=self.name, if_unused=if_unused,
-                                                                 if_empty=if_empty), commands.Queue.DeleteOk)
-                finally:
-                    await ch.close()
-            except (LinkError, OSError) as exc:
-                self._failed_on_leader("deleting", exc, 40)
-                done.fire(False)
-                return
+        def answered(answer) -> None:
             delete_ok.message_count = answer.message_count
             self._drop_here()
-            done.fire(True)
-        spawn(delete())
-        return done
+        return self._leader_call("deleting", commands.Queue.Delete(queue=self.name, if_unused=if_unused,
+                                                                   if_empty=if_empty),
+                                 commands.Queue.DeleteOk, 40, answered)
 
     async def served_by_leader(self) -> bool:
         """The leader answers a passive queue.declare for it (it serves the queue)."""
         try:
-            link = await self.links.link(self.address, self.vhost)
-            ch = await link.channel()
-            try:
-                await ch.call(commands.Queue.Declare(queue=self.name, passive=True), commands.Queue.DeclareOk)
-            finally:
-                await ch.close()
+            await self._on_leader(commands.Queue.Declare(queue=self.name, passive=True), commands.Queue.DeclareOk)
             return True
         except (LinkError, OSError):
             return False
