@@ -35,6 +35,7 @@ from routing.delayed import X_DELAYED
 from exchange_broker.core.auth import HASHING_SHA256, User
 from exchange_broker.core.exchange import Exchange, make_index
 from exchange_broker.core.ports import NullDurability
+from exchange_broker.cluster.node import cancel_task
 from exchange_broker.core.vhost import BUILTIN_EXCHANGES
 from exchange_broker.durability.recovery import decode_args
 from exchange_broker.durability.sql import encode_args
@@ -355,11 +356,6 @@ class DefinitionsMirror:
         if self.listener is not None:
             listener, self.listener = self.listener, None
             await asyncio.get_running_loop().run_in_executor(None, listener.stop)
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await cancel_task(self._task)
         if self.owns_store:
             self.store.close()

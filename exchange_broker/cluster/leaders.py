@@ -31,7 +31,7 @@ from persistence.cluster_leaders import Leader, LeadersStore, node_fence
 from persistence.cluster_store import ClusterStore, NodeNameInUse
 from sqlalchemy.exc import SQLAlchemyError
 
-from exchange_broker.cluster.node import ClusterStartError, beat_forever
+from exchange_broker.cluster.node import ClusterStartError, beat_forever, cancel_task, leave
 
 log = logging.getLogger("exchange_broker.cluster")
 
@@ -177,17 +177,7 @@ class LeaderNode:
         if self.mirror is not None:
             mirror, self.mirror = self.mirror, None
             await mirror.stop()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await cancel_task(self._task)
         if self.links is not None:
             await self.links.close()
-        if self.incarnation is not None and self.role != "lost":
-            try:
-                await self._call(self.store.deregister, self.name, self.incarnation)
-            except SQLAlchemyError as exc:
-                log.warning("cluster: could not leave the cluster cleanly: %s", " ".join(str(exc).split())[:300])
-        await self._call(self.store.close)
+        await leave(self)

@@ -55,6 +55,28 @@ async def beat_forever(interval: float, tick: Callable) -> None:
             log.exception("cluster: heartbeat failed")
 
 
+async def cancel_task(task: asyncio.Task | None) -> None:
+    """Cancel ``task`` and wait until it has ended (whatever it raised)."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):  # noqa: BLE001
+        pass
+
+
+async def leave(node) -> None:
+    """A node's clean stop (``ClusterNode`` or ``LeaderNode``): its row goes, unless it was
+    already replaced, and its store closes."""
+    if node.incarnation is not None and node.role != "lost":
+        try:
+            await node._call(node.store.deregister, node.name, node.incarnation)
+        except SQLAlchemyError as exc:
+            log.warning("cluster: could not leave the cluster cleanly: %s", " ".join(str(exc).split())[:300])
+    await node._call(node.store.close)
+
+
 class ClusterStartError(Exception):
     """The node cannot join (its name is in use by a live node, ...): one line."""
 
@@ -366,15 +388,5 @@ class ClusterNode:
     async def stop(self) -> None:
         """A clean stop: no more beats; the node's row goes and its leases end now."""
         await self.stop_mirror()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
-        if self.incarnation is not None and self.role != "lost":
-            try:
-                await self._call(self.store.deregister, self.name, self.incarnation)
-            except SQLAlchemyError as exc:
-                log.warning("cluster: could not leave the cluster cleanly: %s", " ".join(str(exc).split())[:300])
-        await self._call(self.store.close)
+        await cancel_task(self._task)
+        await leave(self)

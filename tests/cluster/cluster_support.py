@@ -65,6 +65,18 @@ class NodeProcess(SubprocessBroker):
         return self.listening() and "exchange-broker ready on" in self.log()
 
 
+def delivered_mark(url: str, queue: str) -> int:
+    """The stored delivered mark of ``queue`` (what makes a redelivery "redelivered"; written by the
+    leader's next group commit)."""
+    from sqlalchemy import create_engine, text
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT delivered_mark FROM queues WHERE name = :q"), {"q": queue}).scalar() or 0
+    finally:
+        engine.dispose()
+
+
 def publish_confirmed(port: int, queue: str, bodies: list[bytes]) -> None:
     """Persistent messages into a durable queue, each confirmed (pika raises otherwise)."""
     conn = pika_connect(port)

@@ -16,6 +16,14 @@ def cluster_url(pg_database) -> str:
 
 
 @pytest.fixture
+def migrated_url(pg_database) -> str:
+    """A throwaway PostgreSQL database with the newest schema (for the stores' own tests)."""
+    from persistence import migrate
+    migrate.upgrade(pg_database[1], "head")
+    return pg_database[1]
+
+
+@pytest.fixture
 def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
     """nodes(name, *extra_args) -> a started NodeProcess (active or standing by)."""
     started: list[NodeProcess] = []

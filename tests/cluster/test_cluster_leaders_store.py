@@ -8,17 +8,14 @@ import pytest
 from sqlalchemy import text
 
 from eb_support import wait_until
-from persistence import migrate
 from persistence.cluster_leaders import LeadersStore, node_fence
 from persistence.cluster_store import ClusterStore, Fenced
 from persistence.sql_store import SqlStore
 
 
 @pytest.fixture
-def url(pg_database) -> str:
-    url = pg_database[1]
-    migrate.upgrade(url, "head")
-    return url
+def url(migrated_url) -> str:
+    return migrated_url
 
 
 @pytest.fixture

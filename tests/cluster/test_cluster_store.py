@@ -10,15 +10,12 @@ import pytest
 from sqlalchemy import text
 
 from eb_support import wait_until
-from persistence import migrate
 from persistence.cluster_store import ClusterStore, DefinitionsListener, Fenced, NodeNameInUse
 
 
 @pytest.fixture
-def url(pg_database) -> str:
-    url = pg_database[1]
-    migrate.upgrade(url, "head")
-    return url
+def url(migrated_url) -> str:
+    return migrated_url
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import time
 import pika
 import pytest
 import requests
-from cluster_support import FAILOVER_TIMEOUT, wait_for_status
+from cluster_support import FAILOVER_TIMEOUT, delivered_mark, wait_for_status
 
 from eb_support import pika_connect, wait_until
 
@@ -39,16 +39,6 @@ def bindings_on(node, exchange: str) -> int:
     got = requests.get(f"http://127.0.0.1:{node.admin_port}/api/exchanges/%2F/{exchange}/bindings/source",
                        auth=("guest", "guest"), timeout=10)
     return len(got.json()) if got.status_code == 200 else 0
-
-
-def delivered_mark(url: str, queue: str) -> int:
-    from sqlalchemy import create_engine, text
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return conn.execute(text("SELECT delivered_mark FROM queues WHERE name = :q"), {"q": queue}).scalar() or 0
-    finally:
-        engine.dispose()
 
 
 def test_every_node_serves_and_leads_the_queues_declared_on_it(nodes, cluster_url):

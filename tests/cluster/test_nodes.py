@@ -11,7 +11,7 @@ import sys
 
 import pika
 import requests
-from cluster_support import NodeProcess, cluster_status, drain, publish_confirmed, wait_for_status
+from cluster_support import NodeProcess, cluster_status, delivered_mark, drain, publish_confirmed, wait_for_status
 
 from eb_support import REPO, pika_connect, subprocess_env, wait_until
 
@@ -96,15 +96,7 @@ def test_a_paused_active_node_is_replaced_and_stops_when_it_resumes(nodes, clust
     assert wait_until(lambda: (holder.process_data_events(0.05), len(held) == 5)[1], timeout=10)
     # the queue's delivered mark (what makes a redelivery "redelivered") is stored by the next
     # group commit; wait for it, as the pause could otherwise come first
-    from sqlalchemy import create_engine, text
-    engine = create_engine(cluster_url)
-    try:
-        def mark() -> int:
-            with engine.connect() as conn:
-                return conn.execute(text("SELECT delivered_mark FROM queues WHERE name = 'kept'")).scalar() or 0
-        assert wait_until(lambda: mark() > 0, timeout=10)
-    finally:
-        engine.dispose()
+    assert wait_until(lambda: delivered_mark(cluster_url, "kept") > 0, timeout=10)
     assert wait_for_status(cluster_url, lambda v: v["p1"]["queues"])["p1"]["queues"][0]["epoch"] == 1
     n1.proc.send_signal(signal.SIGSTOP)  # a long pause: no beats; its database sessions stay open
     try:
