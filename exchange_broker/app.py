@@ -111,8 +111,15 @@ def build_broker(clock: Clock, *, durability=None, config: Config | None = None)
     """The broker with the standard queue types, its clock and durability, and the settings of
     ``config`` (the defaults without one)."""
     config = config or Config()
-    return make_broker(clock=clock, durability=durability, consumer_timeout_ms=config.consumer_timeout,
-                       max_connections=config.max_connections)
+    broker = make_broker(clock=clock, durability=durability, consumer_timeout_ms=config.consumer_timeout,
+                         max_connections=config.max_connections)
+    if config.auth_backend_list != ["internal"]:  # --auth-backends (exchange_broker/auth/)
+        from exchange_broker.auth.chain import make_chain
+        try:
+            broker.auth = make_chain(broker, config, getattr(clock, "loop", None))
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+    return broker
 
 
 def recover(broker: Broker, durability, window: int) -> None:

@@ -139,6 +139,39 @@ class Config:
     cluster_failover_timeout: float = setting(
         8.0, "seconds without a heartbeat after which a node is dead and its queues move", group="cluster")
 
+    # -- authentication backends (RabbitMQ's auth_backends, auth_oauth2.*, auth_ldap.*) -------------
+    auth_backends: str = setting(
+        "internal", "the authentication backends, in the order they are asked (auth_backends.1 = ...): "
+                    "internal, oauth2, ldap, comma-separated", group="auth")
+    auth_timeout: float = setting(
+        5.0, "seconds a backend may take to answer over the network (a JWKS fetch, an LDAP query) "
+             "before the login is refused", group="auth")
+    auth_oauth2_resource_server_id: str = setting(
+        "rabbitmq", "auth_oauth2.resource_server_id: the prefix of the scopes this broker reads, and "
+                    "the audience tokens must name", group="auth")
+    auth_oauth2_jwks_url: str = setting("", "auth_oauth2.jwks_url: the issuer's JWKS document",
+                                        group="auth")
+    auth_oauth2_signing_key: str = setting(
+        "", "auth_oauth2.signing_keys: PEM public keys, KID=FILE[,KID=FILE...] (a bare FILE is key "
+            "id 'default')", group="auth")
+    auth_oauth2_default_key: str = setting(
+        "", "auth_oauth2.default_key: the key id used for tokens that name none", group="auth")
+    auth_oauth2_issuer: str = setting("", "auth_oauth2.issuer: the iss claim tokens must carry "
+                                          "(empty: not checked)", group="auth")
+    auth_oauth2_audience: str = setting(
+        "", "the aud claim tokens must carry (empty: the resource server id)", group="auth")
+    auth_oauth2_verify_aud: str = setting("true", "auth_oauth2.verify_aud", group="auth",
+                                          choices=("true", "false"))
+    auth_oauth2_additional_scopes_key: str = setting(
+        "", "auth_oauth2.additional_scopes_key (extra_scopes_source): claims (space-separated, "
+            "dotted paths) whose values are scopes too", group="auth")
+    auth_oauth2_preferred_username_claims: str = setting(
+        "", "auth_oauth2.preferred_username_claims: comma-separated claims tried for the user name "
+            "before sub and client_id", group="auth")
+    auth_oauth2_scope_prefix: str | None = setting(
+        None, "auth_oauth2.scope_prefix (default: the resource server id and a dot)", group="auth",
+        default_text="RESOURCE_SERVER_ID.")
+
     def __post_init__(self) -> None:
         for name in ("port", "tls_port", "admin_port"):
             _check(self, name, 0, 65535, "a port number")
@@ -170,6 +203,10 @@ class Config:
         if self.cluster and (self.in_memory or not (self.database_url or "").startswith("postgresql")):
             raise ValueError("--cluster needs a PostgreSQL --database-url (the nodes share it; "
                              "SQLite and --in-memory stores are single-node)")
+        bad = [b for b in self.auth_backend_list if b not in ("internal", "oauth2", "ldap")]
+        if bad or not self.auth_backend_list:
+            raise ValueError(f"--auth-backends must list internal, oauth2 or ldap, not {self.auth_backends!r}")
+        _check(self, "auth_timeout", 0.1, 120, "a number of seconds")
         if self.node_name is not None and not self.node_name.strip():
             raise ValueError("--node-name must not be empty")
 
@@ -187,6 +224,10 @@ class Config:
         if self.no_publisher_pacing:
             limits["publisher_pacing"] = False
         return limits
+
+    @property
+    def auth_backend_list(self) -> list[str]:
+        return [b.strip() for b in self.auth_backends.split(",") if b.strip()]
 
     @property
     def data_path(self) -> str:

@@ -34,7 +34,7 @@ __all__ = ["ServerConnection", "TooLarge"]
 
 _FRAME_HDR = struct.Struct(">BHI")
 
-Authenticate = Callable[[str, bytes], str]          # mechanism, response -> user name, or raise AMQPError
+Authenticate = Callable[[str, bytes], "str | None"]  # -> user name, raise AMQPError, or None: see login_done
 OpenVhost = Callable[[str, str], None]              # user, vhost -> None, or raise AMQPError
 
 _CONN_CLOSE = commands.Connection.Close.index
@@ -184,6 +184,8 @@ class ServerConnection:
             return
         buf = self._buf
         buf += data
+        if self.state == "login":  # the login is being decided: the input waits (see login_done)
+            return
         out: list = []
         batch: list = []  # complete publishes on one channel, not yet handed up
         try:
@@ -269,7 +271,7 @@ class ServerConnection:
                             if type(event) in _REPLYING and event.reply is not None:
                                 self._send_reply(event, event.reply)
                     if not channel:
-                        if self.state == "closed":
+                        if self.state in ("closed", "login"):
                             break
                         payload_max = self._payload_max  # tune-ok sets it
                 if batch:
@@ -437,7 +439,7 @@ class ServerConnection:
             self.state = "opened"
             out.append(ev.Opened(self.user, self.vhost, self.client_properties))
         elif state == "opened" and isinstance(method, commands.Connection.UpdateSecret):
-            self.send_method(0, commands.Connection.UpdateSecretOk())
+            out.append(ev.UpdateSecret(method.new_secret, method.reason or ""))  # the session answers
         elif state == "opened" and isinstance(method, (commands.Connection.Blocked,
                                                        commands.Connection.Unblocked)):
             pass
@@ -456,10 +458,17 @@ class ServerConnection:
         response = method.response
         if isinstance(response, str):
             response = response.encode("utf-8", "surrogateescape")
-        self.user = self._authenticate(mechanism, response)
+        user = self._authenticate(mechanism, response)
+        if user is not None:
+            self.login_done(user)
+        else:  # decided later (a backend asks the network): input waits until login_done or a close
+            self.state = "login"
+
+    def login_done(self, user: str) -> None:
+        """The login allowed ``user``: connection.tune; the caller then feeds what waited (events(b""))."""
+        self.user = user
         self.state = "tune"
-        self.send_method(0, commands.Connection.Tune(self.server_channel_max, self.server_frame_max,
-                                                     self.server_heartbeat))
+        self.send_method(0, commands.Connection.Tune(self.server_channel_max, self.server_frame_max, self.server_heartbeat))
 
     def _tune_ok(self, method) -> None:
         frame_max = method.frame_max or self.server_frame_max

@@ -85,3 +85,12 @@ class Closed:
     """The close handshake is complete; the transport may be closed once the output is written.
     ``abrupt``: the input could not be framed any more (close soon, do not wait for the peer)."""
     abrupt: bool = field(default=False, compare=False)
+
+
+@dataclass(slots=True)
+class UpdateSecret:
+    """connection.update-secret: the session checks the new secret, then answers update-secret-ok
+    (or closes the connection, 530, as RabbitMQ does for a refused secret)."""
+    secret: str | bytes
+    reason: str
+    channel: int = 0
