@@ -171,6 +171,32 @@ class Config:
     auth_oauth2_scope_prefix: str | None = setting(
         None, "auth_oauth2.scope_prefix (default: the resource server id and a dot)", group="auth",
         default_text="RESOURCE_SERVER_ID.")
+    auth_ldap_servers: str = setting("", "auth_ldap.servers: LDAP server hosts, comma-separated, tried in "
+                                         "order", group="auth")
+    auth_ldap_port: int = setting(389, "auth_ldap.port", group="auth")
+    auth_ldap_use_ssl: bool = setting(False, "auth_ldap.use_ssl: LDAPS", group="auth")
+    auth_ldap_use_starttls: bool = setting(False, "auth_ldap.use_starttls", group="auth")
+    auth_ldap_ssl_ca_file: str = setting("", "auth_ldap.ssl_options.cacertfile: the CA that signed the "
+                                             "server's certificate (default: the system's)", group="auth")
+    auth_ldap_user_dn_pattern: str = setting("${username}", "auth_ldap.user_dn_pattern", group="auth")
+    auth_ldap_dn_lookup_attribute: str = setting(
+        "", "auth_ldap.dn_lookup_attribute: find the user's DN by this attribute (e.g. uid)", group="auth")
+    auth_ldap_dn_lookup_base: str = setting("", "auth_ldap.dn_lookup_base", group="auth")
+    auth_ldap_group_lookup_base: str = setting(
+        "", "auth_ldap.group_lookup_base: where in_group_nested (and in_group on a DN naming the vhost "
+            "or resource) look for the user's groups (default: --auth-ldap-dn-lookup-base)", group="auth")
+    auth_ldap_vhost_access_query: str = setting(
+        '["constant", true]', "auth_ldap.vhost_access_query, in JSON (README: LDAP)", group="auth")
+    auth_ldap_resource_access_query: str = setting(
+        '["constant", true]', "auth_ldap.resource_access_query, in JSON", group="auth")
+    auth_ldap_topic_access_query: str = setting(
+        '["constant", true]', "auth_ldap.topic_access_query, in JSON", group="auth")
+    auth_ldap_tag_queries: str = setting(
+        '{"administrator": ["constant", false]}', "auth_ldap.tag_queries, a JSON object tag -> query",
+        group="auth")
+    auth_ldap_pool_size: int = setting(64, "auth_ldap.pool_size: idle LDAP connections kept", group="auth")
+    auth_ldap_timeout: float = setting(5.0, "auth_ldap.timeout: seconds for each LDAP operation",
+                                       group="auth")
 
     def __post_init__(self) -> None:
         for name in ("port", "tls_port", "admin_port"):

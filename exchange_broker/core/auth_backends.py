@@ -24,11 +24,9 @@ The one entry point every protocol uses is :meth:`Broker.login` (``core/broker.p
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-log = logging.getLogger("exchange_broker.auth")
 
 CONFIGURE, WRITE, READ = "configure", "write", "read"
 
@@ -138,7 +136,6 @@ class AuthChain:
         if isinstance(result, BackendRefusal):
             reasons.append((backend.name, str(result)))
         elif isinstance(result, Exception):  # a backend's failure (network down, a bug) refuses
-            log.warning("auth backend %s failed: %s", backend.name, result or type(result).__name__)
             reasons.append((backend.name, f"error: {result or type(result).__name__}"))
         return False
 

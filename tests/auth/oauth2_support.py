@@ -88,10 +88,11 @@ class JwksServer:
         self.httpd.server_close()
 
 
-def oauth2_broker(**settings) -> ThreadedBroker:
+def auth_broker(**settings) -> ThreadedBroker:
     """An in-process broker (admin API on) with the Config ``settings`` (auth_* fields)."""
     settings.setdefault("auth_backends", "internal,oauth2")
-    settings.setdefault("auth_oauth2_issuer", ISSUER)
+    if "oauth2" in settings["auth_backends"]:
+        settings.setdefault("auth_oauth2_issuer", ISSUER)
     settings.setdefault("auth_timeout", 3.0)
     config = Config(**settings)
     loop = asyncio.new_event_loop()

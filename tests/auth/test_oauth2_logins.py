@@ -11,7 +11,7 @@ import pika
 import pytest
 import requests
 from eb_support import pika_connect, wait_until
-from oauth2_support import RSID, JwksServer, SigningKey, oauth2_broker
+from oauth2_support import RSID, JwksServer, SigningKey, auth_broker
 
 ALL = (f"{RSID}.configure:*/*", f"{RSID}.write:*/*", f"{RSID}.read:*/*")
 
@@ -34,7 +34,7 @@ def info_logs(caplog):
 
 @pytest.fixture
 def tb(idp):
-    with oauth2_broker(auth_oauth2_jwks_url=idp.url) as b:
+    with auth_broker(auth_oauth2_jwks_url=idp.url) as b:
         yield b
 
 
@@ -180,7 +180,7 @@ def test_the_admin_api_takes_bearer_tokens_and_their_tags(tb, keys):
 def test_the_issuer_down_refuses_the_login_quickly(keys, caplog):
     with JwksServer(keys["rsa"]) as idp:
         url = idp.url
-    with oauth2_broker(auth_oauth2_jwks_url=url, auth_timeout=2.0) as tb:
+    with auth_broker(auth_oauth2_jwks_url=url, auth_timeout=2.0) as tb:
         t0 = time.monotonic()
         with pytest.raises(pika.exceptions.ProbableAuthenticationError):
             connect(tb, keys["rsa"].token(ALL))
