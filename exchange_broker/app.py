@@ -157,6 +157,10 @@ async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     ssl_options = server.tls.uvicorn_options() if server.tls is not None and not config.no_admin_tls else None
     admin = AdminServer(broker, host, port, amqp_server=server, ssl_options=ssl_options,
                         sample_interval=config.stats_sample_interval, trust_local_proxy=config.cluster)
+    if config.management_oauth_client_id:  # the web UI's single sign-on (GET /api/auth)
+        admin.context.ui_oauth = {"oauth_enabled": True, "oauth_client_id": config.management_oauth_client_id,
+                                  "oauth_provider_url": config.management_oauth_provider_url,
+                                  "oauth_scopes": config.management_oauth_scopes}
     try:
         await admin.start()
     except OSError as exc:

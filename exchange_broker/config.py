@@ -171,6 +171,15 @@ class Config:
     auth_oauth2_scope_prefix: str | None = setting(
         None, "auth_oauth2.scope_prefix (default: the resource server id and a dot)", group="auth",
         default_text="RESOURCE_SERVER_ID.")
+    management_oauth_client_id: str = setting(
+        "", "management.oauth_client_id: the web UI's OAuth 2.0 client; set, the login page offers single "
+            "sign-on (authorization code flow with PKCE) at --management-oauth-provider-url", group="auth")
+    management_oauth_provider_url: str = setting(
+        "", "management.oauth_provider_url: the identity provider (its /.well-known/openid-configuration "
+            "names the authorization and token endpoints)", group="auth")
+    management_oauth_scopes: str = setting(
+        "openid profile", "management.oauth_scopes: the scopes the web UI asks for (add the broker's, e.g. "
+                          "rabbitmq.tag:administrator, when the provider needs them asked)", group="auth")
     auth_ldap_servers: str = setting("", "auth_ldap.servers: LDAP server hosts, comma-separated, tried in "
                                          "order", group="auth")
     auth_ldap_port: int = setting(389, "auth_ldap.port", group="auth")

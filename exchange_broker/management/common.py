@@ -33,6 +33,8 @@ CONFIGURE, WRITE, READ = permissions.CONFIGURE, permissions.WRITE, permissions.R
 class AdminContext:
     """The admin API's state. ``amqp_server`` (optional) tells connection listings the listener."""
 
+    ui_oauth: dict | None = None  # the web UI's single sign-on settings (GET /api/auth)
+
     def __init__(self, broker: "Broker", amqp_server: Any = None, *,
                  sample_interval: float = DEFAULT_INTERVAL) -> None:
         self.broker = broker
