@@ -155,7 +155,7 @@ class InternalBackend:
         broker = self.broker
         if broker.is_link_user(username):
             if password is not None and broker.check_link_password(password):
-                return AuthenticatedUser(username, ["administrator"])
+                return AuthenticatedUser(username, [])  # AMQP between nodes only: no admin API tags
             raise BackendRefusal(f"wrong password for the cluster link user '{username}'")
         user = broker.users.get(username)
         if user is None:

@@ -191,6 +191,17 @@ class Broker:
             done(result)
         self.auth.login(username, password, peer_host, finished)
 
+    def authenticate(self, username: str, password: str | None, peer_is_loopback: bool,
+                     mechanism: str = "PLAIN") -> str:
+        """The former synchronous login, for callers not on ``login`` yet: the user name, or 403.
+        A backend that needs the network cannot answer here: the login is refused."""
+        decided: list = []
+        self.login(username, password, "" if peer_is_loopback else "0.0.0.0", mechanism, decided.append)
+        if decided and isinstance(decided[0], AuthenticatedUser):
+            return decided[0].name
+        text = decided[0].client_text if decided else f"{mechanism} login needs Broker.login (a backend asks the network)"
+        raise AMQPError(ACCESS_REFUSED, text, 10, 11, hard=True)
+
     def check_link_password(self, password: str) -> bool:
         return self.link_login is not None and hmac.compare_digest(password.encode(),
                                                                    self.link_login[1].encode())
