@@ -3,7 +3,8 @@ password, any user name (or none).
 
 The token's signature is checked with PyJWT against the issuer's keys: a JWKS document fetched
 from ``--auth-oauth2-jwks-url`` (kept, and fetched again when a token names a key id not in it,
-so that a rotated key works at once), or PEM public keys from ``--auth-oauth2-signing-key``
+so that a rotated key works at once; the new document replaces the old, so a key the issuer
+dropped stops working then), or PEM public keys from ``--auth-oauth2-signing-key``
 files. Algorithms: RS256/384/512, PS256/384/512, ES256/384/512, EdDSA (never ``none``, never
 HMAC with a public key). ``exp`` is required and checked, ``nbf`` and ``iat`` when present;
 ``iss`` when ``--auth-oauth2-issuer`` is set; ``aud`` must name the resource server id (or
@@ -59,7 +60,8 @@ class OAuth2Backend:
 
     def __init__(self, settings: OAuth2Settings) -> None:
         self.s = settings
-        self._keys: dict[str, PyJWK | object] = {kid: _pem_key(pem) for kid, pem in settings.signing_keys.items()}
+        self._file_keys = {kid: _pem_key(pem) for kid, pem in settings.signing_keys.items()}
+        self._keys: dict[str, PyJWK | object] = dict(self._file_keys)
         self._lock = threading.Lock()
         self._client = PyJWKClient(settings.jwks_url, cache_jwk_set=False, cache_keys=False,
                                    timeout=settings.timeout) if settings.jwks_url else None
@@ -90,11 +92,9 @@ class OAuth2Backend:
 
     def _refresh(self) -> None:
         """Fetch the JWKS document (blocking: called off the event loop)."""
-        with self._lock:
+        with self._lock:  # the new document replaces the old one: a key the issuer dropped goes
             jwks = self._client.get_jwk_set(refresh=True)
-            for key in jwks.keys:
-                if key.key_id:
-                    self._keys[key.key_id] = key
+            self._keys = {**self._file_keys, **{k.key_id: k for k in jwks.keys if k.key_id}}
         log.info("fetched the JWKS of %s: key ids %s", self.s.jwks_url,
                  ", ".join(sorted(k for k in self._keys)) or "none")
 

@@ -82,6 +82,12 @@ def test_a_rotated_key_is_fetched_when_a_token_names_it(tb, idp, keys):
         conn.channel().queue_declare(f"q-{kind}")
         conn.close()
     assert idp.fetches == fetches + 1  # one fetch brought both new keys
+    idp.keys = [keys["ec"]]  # the issuer drops the other keys: the next fetch forgets them
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        connect(tb, keys["rsa"].token(ALL, kid="k-unknown"))
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        connect(tb, keys["ed"].token(ALL))
+    connect(tb, keys["ec"].token(ALL)).close()
 
 
 def test_scopes_are_permissions(tb, keys):
