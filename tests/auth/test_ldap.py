@@ -161,7 +161,6 @@ def test_a_server_down_refuses_the_login_with_one_log_line(caplog):
     assert len(lines) == 1 and "login refused" in lines[0] and "unreachable" in lines[0], lines
 
 
-@pytest.mark.slow
 def test_a_hung_server_never_hangs_a_connection(caplog):
     caplog.set_level(logging.INFO, logger="exchange_broker")
     with Slapd() as hung:
