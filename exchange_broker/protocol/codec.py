@@ -12,7 +12,8 @@ from decimal import Decimal
 
 from pamqp import commands, frame as pframe
 
-from exchange_broker.protocol.constants import FRAME_END, FRAME_END_BYTE, FRAME_ERROR, FRAME_METHOD, SYNTAX_ERROR
+from exchange_broker.protocol.constants import (FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_ERROR, FRAME_HEADER,
+                                                FRAME_METHOD, SYNTAX_ERROR)
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.protocol.frames import (HEARTBEAT_FRAME, METHOD_ID as _METHOD_ID, ack_frame,  # noqa: F401
                                              content_frames, frame, nack_frame, publish_frames)

@@ -206,6 +206,14 @@ def test_client_against_the_server_connection():
         ("ctag", body, props)
     assert confirm == ev.Confirm(1, 2, True, True)
 
+    # a small body takes the server's one-pack fast path
+    server.send_parts(codec.deliver_frames(1, codec.short_str("ctag"), 2, True, codec.short_str(""),
+                                           codec.short_str("q"), b"\x00\x00", b"small", server.frame_max))
+    _, (small,) = pump(client, server)
+    assert (small.delivery.delivery_tag, small.delivery.redelivered, small.delivery.exchange,
+            small.delivery.routing_key, small.delivery.properties, small.delivery.body) == \
+        (2, True, "", "q", b"\x00\x00", b"small")
+
     client.ack(1, 1)
     server_events, _ = pump(client, server)
     assert server_events == [ev.Ack(1, 0, 1, False, False)]
