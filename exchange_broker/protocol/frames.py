@@ -74,13 +74,19 @@ def content_frames(channel: int, class_id: int, properties: bytes, body: bytes,
     return parts
 
 
+def publish_method(channel: int, exchange_sh: bytes, routing_key_sh: bytes, mandatory: bool) -> bytes:
+    """The basic.publish method frame; the exchange and routing key come encoded as short strings
+    (``codec.short_str``)."""
+    args = exchange_sh + routing_key_sh + (b"\x01" if mandatory else b"\x00")
+    return _PUBLISH_HEAD.pack(FRAME_METHOD, channel, 6 + len(args), 60, 40, 0) + args + FRAME_END_BYTE
+
+
 def publish_frames(channel: int, exchange_sh: bytes, routing_key_sh: bytes, mandatory: bool,
                    properties: bytes, body: bytes, frame_max: int) -> list[bytes]:
-    """basic.publish + content header + body frames; the exchange and routing key come encoded
-    as short strings (``codec.short_str``), the properties as raw content-header bytes."""
-    args = exchange_sh + routing_key_sh + (b"\x01" if mandatory else b"\x00")
-    head = _PUBLISH_HEAD.pack(FRAME_METHOD, channel, 6 + len(args), 60, 40, 0)
-    return [head, args, FRAME_END_BYTE] + content_frames(channel, 60, properties, body, frame_max)
+    """basic.publish + content header + body frames, the properties as raw content-header bytes
+    (property flags, then the values)."""
+    return [publish_method(channel, exchange_sh, routing_key_sh, mandatory)] + \
+        content_frames(channel, 60, properties, body, frame_max)
 
 
 def ack_frame(channel: int, delivery_tag: int, multiple: bool) -> bytes:
