@@ -22,6 +22,7 @@ _CONTENT_FRAME_HEAD = struct.Struct(">BHIHHQ")
 _PUBLISH_HEAD = struct.Struct(">BHIHHH")  # frame type, channel, size, class, method, reserved-1
 _ACK = struct.Struct(">BHIHHQB")
 _TAG_BITS = struct.Struct(">QB")
+_HEADER_FRAME = struct.Struct(">BHIHHQH")  # a content header frame: head, class, weight, body size, flags
 
 HEARTBEAT_FRAME = FRAME_HEAD.pack(FRAME_HEARTBEAT, 0, 0) + FRAME_END_BYTE
 
@@ -49,6 +50,31 @@ def frame_at(buf, pos: int, n: int) -> tuple[int, int, int] | None:
     if buf[end] != FRAME_END:
         raise AMQPError(FRAME_ERROR, f"invalid frame end byte 0x{buf[end]:02x}", hard=True)
     return ftype, channel, end
+
+
+def content_at(buf, pos: int, n: int, channel: int) -> tuple[int, int, int, int, int] | None:
+    """The usual content, all in ``buf`` at ``pos`` (right after its method frame): a well-formed
+    content header frame on ``channel`` and, unless the body is empty, exactly one body frame.
+    Returns (first property-flags word, end of the properties, body start, body end, position
+    after the content); the properties are ``buf[pos + 19:end]`` (flags included). None when it
+    is not all there or not that simple: then take the frames one by one (which also reports
+    whatever is wrong with them)."""
+    if n - pos < 22:
+        return None
+    ftype, ch, size, _class, _weight, body_size, flags = _HEADER_FRAME.unpack_from(buf, pos)
+    hend = pos + 7 + size
+    if ftype != FRAME_HEADER or ch != channel or size < 14 or hend >= n or buf[hend] != FRAME_END:
+        return None
+    b = hend + 1
+    if not body_size:
+        return flags, hend, b, b, b
+    if n - b < 8:
+        return None
+    ftype, ch, size = FRAME_HEAD.unpack_from(buf, b)
+    bend = b + 7 + size
+    if ftype != FRAME_BODY or ch != channel or size != body_size or bend >= n or buf[bend] != FRAME_END:
+        return None
+    return flags, hend, b + 7, bend, bend + 1
 
 
 def frame_size_at(buf, pos: int) -> int:

@@ -22,7 +22,7 @@ methods) goes through the general per-frame path.
 from __future__ import annotations
 
 from exchange_broker.protocol.errors import AMQPError as WireError
-from exchange_broker.protocol.frames import content_head_at, frame_at, method_id_at
+from exchange_broker.protocol.frames import content_at, content_head_at, frame_at
 
 from .batch import offset_properties, stream_offset_of
 from .codec import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, I64, TAG_BIT, U16, decode_properties, shortstr
@@ -30,7 +30,7 @@ from .errors import ConnectionClosed
 
 __all__ = ["parse_frames"]
 
-M_DELIVER = (60 << 16) | 60
+_DELIVER_ID = b"\x00\x3c\x00\x3c"     # class 60, method 60: basic.deliver
 # a headers table holding only {"x-stream-offset": <long>}: what a stream queue adds to a
 # message published without properties
 _OFFSET_TABLE = b"\x00\x00\x00\x19\x0fx-stream-offsetl"
@@ -67,7 +67,7 @@ def _parse(conn, buf: bytes) -> int:
         if got is None:
             break
         ftype, channel, end = got
-        if ftype == FRAME_METHOD and method_id_at(buf, pos + 7) == M_DELIVER:
+        if ftype == FRAME_METHOD and buf[pos + 7:pos + 11] == _DELIVER_ID:
             p = pos + 12 + buf[pos + 11]
             raw = buf[pos + 11:p]
             ctag = ctags.get(raw)
@@ -86,27 +86,19 @@ def _parse(conn, buf: bytes) -> int:
             # a header frame without properties or with only the offset header is read without
             # decoding a property list
             h = end + 1
-            head = frame_at(buf, h, n)
-            if head is not None and head[0] == FRAME_HEADER:
-                hend = head[2]
-                body_size = content_head_at(buf, h + 7)[2]
-                flags = unpack_u16(buf, h + 19)[0]
+            whole = content_at(buf, h, n, channel)
+            if whole is not None:
+                flags, hend, bstart, bend, nxt = whole
                 props = offset = None
                 if flags == 0x2000 and hend == h + 50 and buf[h + 21:h + 42] == _OFFSET_TABLE:
                     offset = I64.unpack_from(buf, h + 42)[0]
                 elif flags or hend != h + 21:
                     props = decode_properties(buf, h + 21, flags)
                     offset = stream_offset_of(props)
-                b = hend + 1
-                if not body_size:
-                    extend((tag, bits & 1 == 1, pair, ctag, props, b"", offset))
-                    pos = b
-                    continue
-                body = frame_at(buf, b, n)
-                if body is not None and body[0] == FRAME_BODY and body[2] - b - 7 == body_size:
-                    extend((tag, bits & 1 == 1, pair, ctag, props, buf[b + 7:body[2]], offset))
-                    pos = body[2] + 1
-                    continue
+                extend((tag, bits & 1 == 1, pair, ctag, props, buf[bstart:bend] if bend > bstart else b"",
+                        offset))
+                pos = nxt
+                continue
             conn._partial = [tag, bits & 1 == 1, pair, ctag, None, 0, [], None]
         elif ftype == FRAME_BODY:
             part = conn._partial
