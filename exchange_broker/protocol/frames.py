@@ -21,7 +21,7 @@ METHOD_ID = struct.Struct(">I")           # (class << 16) | method, first 4 byte
 _CONTENT_FRAME_HEAD = struct.Struct(">BHIHHQ")
 _PUBLISH_HEAD = struct.Struct(">BHIHHH")  # frame type, channel, size, class, method, reserved-1
 _ACK = struct.Struct(">BHIHHQB")
-_TAG_BITS = struct.Struct(">QB")
+TAG_BITS = struct.Struct(">QB")        # delivery tag + bit octet of basic.ack/nack/reject (payload offset 4)
 _HEADER_FRAME = struct.Struct(">BHIHHQH")  # a content header frame: head, class, weight, body size, flags
 
 HEARTBEAT_FRAME = FRAME_HEAD.pack(FRAME_HEARTBEAT, 0, 0) + FRAME_END_BYTE
@@ -127,7 +127,7 @@ def nack_frame(channel: int, delivery_tag: int, multiple: bool, requeue: bool = 
 
 def tag_bits_at(buf, pos: int) -> tuple[int, int]:
     """(delivery tag, bit octet) of a basic.ack/nack/reject whose method payload starts at ``pos``."""
-    return _TAG_BITS.unpack_from(buf, pos + 4)
+    return TAG_BITS.unpack_from(buf, pos + 4)
 
 
 def method_id_at(buf, pos: int) -> int:
