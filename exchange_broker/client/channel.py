@@ -29,6 +29,15 @@ def _fail(fut: asyncio.Future, error: ClientError) -> None:
         fut.exception()  # retrieved: whoever awaits it still gets the error
 
 
+def _settle(waiting, ok: bool) -> None:
+    """A confirm arrived: set the publish's future, or call its ``on_confirm``."""
+    if isinstance(waiting, asyncio.Future):
+        if not waiting.done():
+            waiting.set_result(ok)
+    else:
+        waiting(ok)
+
+
 class Channel:
     def __init__(self, connection, number: int) -> None:
         self.connection = connection
@@ -38,7 +47,7 @@ class Channel:
         self.on_return: Callable[[Delivery], None] | None = None  # mandatory publishes returned
         self._rpc: deque[tuple[tuple, asyncio.Future]] = deque()
         self._seq = 0
-        self._unconfirmed: OrderedDict[int, asyncio.Future] = OrderedDict()
+        self._unconfirmed: OrderedDict[int, asyncio.Future | Callable[[bool], None]] = OrderedDict()
         self._consumers: dict[str, tuple[OnDelivery, OnCancel | None]] = {}
         self._tags = count(1)
         # deliveries not yet settled, in delivery-tag order, and acks not yet sent: the acks of an
@@ -74,9 +83,12 @@ class Channel:
 
     # -- publishing ------------------------------------------------------------------------------
     def publish(self, exchange: str, routing_key: str, properties: bytes, body: bytes,
-                mandatory: bool = False) -> asyncio.Future | None:
-        """basic.publish with raw content-header properties; the confirm's future in confirm
-        mode (True: acked, False: nacked), else None."""
+                mandatory: bool = False, on_confirm: Callable[[bool], None] | None = None
+                ) -> asyncio.Future | None:
+        """basic.publish with raw content-header properties (passed on as they are). In confirm
+        mode: returns the confirm's future (True: acked, False: nacked) or, given ``on_confirm``,
+        calls it with the outcome instead (False also when the channel or connection is lost
+        first; no future, no extra loop turn); else None."""
         if self.error is not None:
             raise self.error
         conn = self.connection
@@ -87,6 +99,9 @@ class Channel:
         if not self.confirming:
             return None
         self._seq += 1
+        if on_confirm is not None:
+            self._unconfirmed[self._seq] = on_confirm
+            return None
         fut = self._unconfirmed[self._seq] = asyncio.get_running_loop().create_future()
         return fut
 
@@ -97,13 +112,11 @@ class Channel:
                 seq = next(iter(pending))
                 if seq > tag:
                     break
-                fut = pending.pop(seq)
-                if not fut.done():
-                    fut.set_result(ok)
+                _settle(pending.pop(seq), ok)
         else:
-            fut = pending.pop(tag, None)
-            if fut is not None and not fut.done():
-                fut.set_result(ok)
+            waiting = pending.pop(tag, None)
+            if waiting is not None:
+                _settle(waiting, ok)
 
     # -- consuming -------------------------------------------------------------------------------
     async def consume(self, queue: str, on_delivery: OnDelivery, *, prefetch: int = 0,
@@ -247,8 +260,11 @@ class Channel:
         while self._rpc:
             _fail(self._rpc.popleft()[1], error)
         pending, self._unconfirmed = self._unconfirmed, OrderedDict()
-        for fut in pending.values():
-            _fail(fut, error)
+        for waiting in pending.values():
+            if isinstance(waiting, asyncio.Future):
+                _fail(waiting, error)
+            else:
+                waiting(False)
         consumers, self._consumers = self._consumers, {}
         for tag, (_deliver, on_cancel) in consumers.items():
             if on_cancel is not None:

@@ -118,14 +118,20 @@ class Links:
 
 
 class _Forward:
-    __slots__ = ("routing_key", "properties", "body", "waiter", "returned")
+    """One forwarded message; called with the leader's confirm (the channel's ``on_confirm``)."""
+    __slots__ = ("forwarder", "routing_key", "properties", "body", "waiter", "returned")
 
-    def __init__(self, routing_key: str, properties: bytes, body: bytes, waiter: Waiter) -> None:
+    def __init__(self, forwarder: "Forwarder", routing_key: str, properties: bytes, body: bytes,
+                 waiter: Waiter) -> None:
+        self.forwarder = forwarder
         self.routing_key = routing_key
         self.properties = properties
         self.body = body
         self.waiter = waiter
         self.returned = False
+
+    def __call__(self, ok: bool) -> None:
+        self.forwarder._confirmed(self, ok)
 
 
 class Forwarder:
@@ -147,7 +153,7 @@ class Forwarder:
 
     def publish(self, routing_key: str, properties: bytes, body: bytes) -> Waiter:
         """Forward one message; the waiter fires with the leader's confirm (see module doc)."""
-        fwd = _Forward(routing_key, properties, body, Waiter())
+        fwd = _Forward(self, routing_key, properties, body, Waiter())
         ch = self.channel
         if ch is not None and ch.error is None and not self.backlog:
             self._send(ch, fwd)
@@ -185,16 +191,16 @@ class Forwarder:
         self._check_drained()
 
     def _send(self, ch: Channel, fwd: _Forward) -> None:
+        """Raw properties and body go out as they came in (framed once, by the channel); the
+        channel's confirm tracking calls ``fwd`` with the outcome."""
         try:
-            fut = ch.publish("", fwd.routing_key, fwd.properties, fwd.body, mandatory=True)
+            ch.publish("", fwd.routing_key, fwd.properties, fwd.body, mandatory=True, on_confirm=fwd)
         except ClientError:
             fwd.waiter.fire(False)
             return
         self.outstanding.append(fwd)
-        fut.add_done_callback(partial(self._confirmed, fwd))
 
-    def _confirmed(self, fwd: _Forward, fut: asyncio.Future) -> None:
-        ok = not fut.cancelled() and fut.exception() is None and fut.result() is True
+    def _confirmed(self, fwd: _Forward, ok: bool) -> None:
         out = self.outstanding
         if out and out[0] is fwd:
             out.popleft()

@@ -23,7 +23,7 @@ from exchange_broker.protocol.constants import (ACCESS_REFUSED, BASIC_ACK, BASIC
                                                 PROTOCOL_HEADER, UNEXPECTED_FRAME)
 from exchange_broker.protocol.deliveries import Delivery, content_body, content_header, content_method
 from exchange_broker.protocol.errors import AMQPError
-from exchange_broker.protocol.frames import ack_frame, frame_at, method_id_at, nack_frame, publish_frames
+from exchange_broker.protocol.frames import ack_frame, content_at, frame_at, method_id_at, nack_frame, publish_frames
 
 __all__ = ["ClientConnection", "Delivery"]
 
@@ -131,6 +131,17 @@ class ClientConnection:
                 payload = bytes(buf[pos + 7:end])
                 pos = end + 1
                 self._frame(ftype, channel, payload, out)
+                if ftype == FRAME_METHOD and channel and channel in self._content:
+                    # a content method: its header and single body frame are usually here too
+                    whole = content_at(buf, pos, n, channel)
+                    if whole is not None:
+                        d = self._content.pop(channel)
+                        _flags, hend, start, stop, nxt = whole
+                        d._size = stop - start
+                        d.properties = bytes(buf[pos + 19:hend])
+                        d.body = bytes(buf[start:stop]) if stop > start else b""
+                        pos = nxt
+                        out.append(ev.Delivered(channel, d))
                 if self.state == "closed":
                     break
         except AMQPError:

@@ -28,8 +28,14 @@ def test_publish_with_confirms_then_consume_prefetch_and_ack(broker):
         ch = await link.channel()
         await ch.call(commands.Queue.Declare(queue=queue, durable=True), commands.Queue.DeclareOk)
         await ch.confirm_select()
-        futs = [ch.publish("", queue, PERSISTENT, b"m%d" % i) for i in range(300)]
-        assert await asyncio.gather(*futs) == [True] * 300
+        futs = [ch.publish("", queue, PERSISTENT, b"m%d" % i) for i in range(150)]
+        confirmed: list = []
+        for i in range(150, 300):  # confirms as callbacks (no future): what a forwarder uses
+            assert ch.publish("", queue, PERSISTENT, b"m%d" % i, on_confirm=confirmed.append) is None
+        assert await asyncio.gather(*futs) == [True] * 150
+        while len(confirmed) < 150:
+            await asyncio.sleep(0.01)
+        assert confirmed == [True] * 150
         got: list = []
         done = asyncio.get_running_loop().create_future()
 
@@ -99,9 +105,12 @@ def test_channel_error_fails_that_channel_only_and_returns_reach_on_return(broke
         assert [(d.reply_code, d.reply_text, d.body) for d in returned] == [(312, "NO_ROUTE", b"r")]
         await bad.confirm_select()
         fut = bad.publish("no-such-exchange", "k", b"\x00\x00", b"x")
+        outcomes: list = []
+        assert bad.publish("no-such-exchange", "k", b"\x00\x00", b"y", on_confirm=outcomes.append) is None
         with pytest.raises(ClientError) as err:
             await fut
         assert err.value.code == 404
+        assert outcomes == [False]  # the callback form: called once, False when the channel closed
         with pytest.raises(ClientError):
             bad.publish("", "k", b"\x00\x00", b"x")
         # the link and its other channels go on
