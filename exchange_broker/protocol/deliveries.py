@@ -53,14 +53,40 @@ def _short(payload: bytes, pos: int) -> tuple[str, int]:
     return payload[pos + 1:pos + 1 + n].decode("utf-8"), pos + 1 + n
 
 
+_CACHE_MAX = 4096
+_TAGS: dict[bytes, str] = {}                 # consumer tags by their raw bytes
+_NAMES: dict[bytes, tuple[str, str]] = {}    # (exchange, routing key) by the raw tail of a deliver
+
+
+def _names(raw: bytes) -> tuple[str, str]:
+    exchange, pos = _short(raw, 0)
+    routing_key, pos = _short(raw, pos)
+    if pos != len(raw):
+        raise IndexError
+    if len(_NAMES) >= _CACHE_MAX:
+        _NAMES.clear()
+    pair = _NAMES[raw] = (exchange, routing_key)
+    return pair
+
+
+def _tag(raw: bytes) -> str:
+    if len(_TAGS) >= _CACHE_MAX:
+        _TAGS.clear()
+    tag = _TAGS[raw] = raw[1:].decode("utf-8")
+    return tag
+
+
 def content_method(channel: int, payload: bytes, mid: int) -> Delivery | None:
-    """basic.deliver / get-ok / return, decoded; None for any other method."""
+    """basic.deliver / get-ok / return, decoded; None for any other method. A consumer sees the
+    same few consumer tags, exchanges and routing keys over and over: they are decoded once."""
     try:
         if mid == DELIVER:
-            tag, pos = _short(payload, 4)
-            delivery_tag, bits = _QB.unpack_from(payload, pos)
-            exchange, pos = _short(payload, pos + 9)
-            routing_key, pos = _short(payload, pos)
+            end = 5 + payload[4]
+            raw = payload[4:end]
+            tag = _TAGS.get(raw) or _tag(raw)
+            delivery_tag, bits = _QB.unpack_from(payload, end)
+            raw = payload[end + 9:]
+            exchange, routing_key = _NAMES.get(raw) or _names(raw)
             d = Delivery(channel, exchange, routing_key)
             d.consumer_tag, d.delivery_tag, d.redelivered = tag, delivery_tag, bool(bits & 1)
             return d

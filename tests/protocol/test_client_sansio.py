@@ -150,6 +150,15 @@ def test_content_out_of_order_is_a_protocol_error():
         c.receive_data(pframe.marshal(pbody.ContentBody(b"x"), 1))
 
 
+@pytest.mark.parametrize("cut", [1, 5, 9])
+def test_a_truncated_deliver_is_a_protocol_error(cut):
+    c = opened_client()
+    whole = marshal(1, commands.Basic.Deliver(consumer_tag="ct", delivery_tag=1, exchange="ex", routing_key="rk"))
+    payload = whole[7:-1][:-cut]
+    with pytest.raises(AMQPError, match="cannot decode a content method"):
+        c.receive_data(frames.frame(1, 1, payload))
+
+
 # -- against the server's connection, in memory ------------------------------------------------
 
 def pump(client: ClientConnection, server: ServerConnection) -> tuple[list, list]:
