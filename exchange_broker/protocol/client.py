@@ -23,7 +23,8 @@ from exchange_broker.protocol.constants import (ACCESS_REFUSED, BASIC_ACK, BASIC
                                                 PROTOCOL_HEADER, UNEXPECTED_FRAME)
 from exchange_broker.protocol.deliveries import Delivery, content_body, content_header, content_method
 from exchange_broker.protocol.errors import AMQPError
-from exchange_broker.protocol.frames import ack_frame, content_at, frame_at, method_id_at, nack_frame, publish_frames
+from exchange_broker.protocol.frames import (HEARTBEAT_FRAME, ack_frame, content_at, frame_at, method_id_at, nack_frame,
+                                             publish_frames)
 
 __all__ = ["ClientConnection", "Delivery"]
 
@@ -97,7 +98,7 @@ class ClientConnection:
         self._out.append(nack_frame(channel, delivery_tag, multiple, requeue))
 
     def send_heartbeat(self) -> None:
-        self._out.append(codec.HEARTBEAT_FRAME)
+        self._out.append(HEARTBEAT_FRAME)
 
     def close(self, code: int = 200, text: str = "Goodbye") -> None:
         """Start a client-initiated close; :class:`~events.Closed` comes with the close-ok."""

@@ -15,8 +15,9 @@ from pamqp import commands, frame as pframe
 from exchange_broker.protocol.constants import (FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_ERROR, FRAME_HEADER,
                                                 FRAME_METHOD, SYNTAX_ERROR)
 from exchange_broker.protocol.errors import AMQPError
+# the frame layer's fast paths, here too for the server's modules that import them from codec
 from exchange_broker.protocol.frames import (HEARTBEAT_FRAME, METHOD_ID as _METHOD_ID, ack_frame,  # noqa: F401
-                                             content_frames, frame, nack_frame, publish_frames)
+                                             content_frames, nack_frame)
 
 _DELIVER_HEAD = struct.Struct(">BHIHH")  # frame type, channel, size, class, method
 _QB = struct.Struct(">QB")

@@ -2,9 +2,10 @@
 Spark client, load generator): frame headers packed and parsed, method / content header / body
 framing, and the per-message frames (basic.publish, basic.ack/nack) built with ``struct``.
 
-Nothing else in the project packs or parses a frame header: a reader asks :func:`frame_at` for
-the frame at a position of its buffer, a writer asks :func:`frame` (or the fast paths here and in
-``codec.py``) for bytes.
+Nothing else in the package code packs or parses a frame header: a reader asks :func:`frame_at`
+for the frame at a position of its buffer (and :func:`content_at` for a whole content header +
+body), a writer asks :func:`frame` (or the fast paths here and in ``codec.py``) for bytes. Only the
+benchmarks' load generator, whose loop must stay lean, unpacks with :data:`FRAME_HEAD` itself.
 """
 
 from __future__ import annotations
@@ -30,11 +31,6 @@ HEARTBEAT_FRAME = FRAME_HEAD.pack(FRAME_HEARTBEAT, 0, 0) + FRAME_END_BYTE
 def frame(ftype: int, channel: int, payload: bytes) -> bytes:
     """One whole frame: header, payload, frame end."""
     return FRAME_HEAD.pack(ftype, channel, len(payload)) + payload + FRAME_END_BYTE
-
-
-def frame_head(ftype: int, channel: int, size: int) -> bytes:
-    """The 7-byte header of a frame whose ``size``-byte payload (and frame end) follow."""
-    return FRAME_HEAD.pack(ftype, channel, size)
 
 
 def frame_at(buf, pos: int, n: int) -> tuple[int, int, int] | None:
@@ -75,11 +71,6 @@ def content_at(buf, pos: int, n: int, channel: int) -> tuple[int, int, int, int,
     if ftype != FRAME_BODY or ch != channel or size != body_size or bend >= n or buf[bend] != FRAME_END:
         return None
     return flags, hend, b + 7, bend, bend + 1
-
-
-def frame_size_at(buf, pos: int) -> int:
-    """The payload size announced by the frame header at ``buf[pos:]`` (at least 7 bytes there)."""
-    return FRAME_HEAD.unpack_from(buf, pos)[2]
 
 
 def content_frames(channel: int, class_id: int, properties: bytes, body: bytes,
