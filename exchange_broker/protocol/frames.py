@@ -50,16 +50,18 @@ def frame_at(buf, pos: int, n: int) -> tuple[int, int, int] | None:
 
 def content_at(buf, pos: int, n: int, channel: int) -> tuple[int, int, int, int, int] | None:
     """The usual content, all in ``buf`` at ``pos`` (right after its method frame): a well-formed
-    content header frame on ``channel`` and, unless the body is empty, exactly one body frame.
+    content header frame of class 60 (basic) on ``channel`` and, unless the body is empty,
+    exactly one body frame.
     Returns (first property-flags word, end of the properties, body start, body end, position
     after the content); the properties are ``buf[pos + 19:end]`` (flags included). None when it
     is not all there or not that simple: then take the frames one by one (which also reports
     whatever is wrong with them)."""
     if n - pos < 22:
         return None
-    ftype, ch, size, _class, _weight, body_size, flags = _HEADER_FRAME.unpack_from(buf, pos)
+    ftype, ch, size, class_id, _weight, body_size, flags = _HEADER_FRAME.unpack_from(buf, pos)
     hend = pos + 7 + size
-    if ftype != FRAME_HEADER or ch != channel or size < 14 or hend >= n or buf[hend] != FRAME_END:
+    if ftype != FRAME_HEADER or ch != channel or size < 14 or hend >= n or buf[hend] != FRAME_END \
+            or class_id != 60:
         return None
     b = hend + 1
     if not body_size:
