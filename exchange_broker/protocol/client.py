@@ -153,13 +153,13 @@ class ClientConnection:
         return out
 
     def _frame(self, ftype: int, channel: int, payload: bytes, out: list) -> None:
+        if channel and self.state == "closing":
+            return  # what the server sent before it saw our close: nobody waits for it now
         if ftype == FRAME_METHOD:
             if channel == 0:
                 self._connection_method(codec.decode_method(payload), out)
                 return
             if self.state != "opened":
-                if self.state == "closing":
-                    return
                 raise AMQPError(UNEXPECTED_FRAME, "channel frame before connection.open-ok", hard=True)
             if channel in self._content:
                 raise AMQPError(UNEXPECTED_FRAME, f"method frame on channel {channel} while content "

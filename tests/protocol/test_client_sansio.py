@@ -128,6 +128,10 @@ def test_own_close_ends_with_close_ok():
     c = opened_client()
     c.close()
     assert isinstance(unmarshal_all(c.data_to_send())[0][1], commands.Connection.Close)
+    # a delivery the server sent before it saw the close is dropped quietly
+    late = marshal(1, commands.Basic.Deliver(consumer_tag="ct", delivery_tag=9, exchange="", routing_key="q"),
+                   pheader.ContentHeader(0, 1, commands.Basic.Properties())) + pframe.marshal(pbody.ContentBody(b"x"), 1)
+    assert c.receive_data(late) == []
     assert c.receive_data(marshal(0, commands.Connection.CloseOk())) == [ev.Closed()]
 
 
