@@ -295,7 +295,8 @@ class Broker:
         copy = None
         if ex is not None:
             try:
-                copy = dead_lettered_copy(msg, q.name, reason, dlx, q.options.dead_letter_routing_key)
+                copy = dead_lettered_copy(msg, q.name, reason, dlx, q.options.dead_letter_routing_key,
+                                          self.clock.wall())
             except AMQPError as err:  # undecodable properties (published raw): cannot add x-death
                 log.warning("message from queue '%s' in vhost '%s' dropped, not dead-lettered: %s",
                             q.name, q.vhost, err.text)
@@ -318,6 +319,10 @@ class Broker:
         if vh is not None and vh.queues.get(q.name) is q:
             log.info("queue '%s' in vhost '%s' expired (x-expires)", q.name, q.vhost)
             vh.remove_queue(q)
+
+    def now_ms(self) -> int:
+        """The wall clock in milliseconds since the epoch (TTL deadlines, timestamps): the clock's."""
+        return int(self.clock.wall() * 1000)
 
     def call_later(self, delay: float, fn: Callable[[], None]):
         """A timer on the broker's clock (None when the clock has no timers)."""
@@ -347,8 +352,9 @@ class Broker:
                     sess.unblock()
 
     # -- periodic checks (the server calls tick once a second) -----------------------------------
-    def tick(self, now: float) -> None:
-        self._check_consumer_timeouts(now)
+    def tick(self, now: float | None = None) -> None:
+        """``now``: the clock's ``time()`` (read here when not given)."""
+        self._check_consumer_timeouts(self.clock.time() if now is None else now)
 
     def _check_consumer_timeouts(self, now: float) -> None:
         for sess in list(self.sessions):

@@ -54,7 +54,6 @@ import logging
 import math
 import os
 import re
-import time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
@@ -90,11 +89,6 @@ def _env_int(name: str, default: int) -> int:
         return int(os.environ.get(name, default))
     except ValueError:
         return default
-
-
-def _now_ms() -> float:
-    """Wall-clock milliseconds: due times are stored, so they must survive a restart."""
-    return time.time() * 1000
 
 
 # -- the x-delay header ---------------------------------------------------------------------------
@@ -181,6 +175,10 @@ class DelayedExchanges:
     :meth:`exchange_deleted`; the application calls :meth:`recover` once the store is restored
     and :meth:`close` before the durability stops."""
 
+    def _now_ms(self) -> float:
+        """The clock's wall time in ms: due times are stored, so they must survive a restart."""
+        return self.clock.wall() * 1000
+
     def __init__(self, broker: "Broker", *, window_ms: int | None = None,
                  max_in_memory: int | None = None) -> None:
         self.broker = broker
@@ -245,7 +243,7 @@ class DelayedExchanges:
         delay = message_delay(msg)
         if delay is None:
             return None
-        now = math.ceil(_now_ms())
+        now = math.ceil(self._now_ms())
         stored = self.store is not None and msg.persistent and ex.durable
         e = (now + delay, self.next_id, vhost.name, ex.name, msg.routing_key,
              codec.replace_int_header(msg.properties, X_DELAY, -delay), msg.body, stored, now)
@@ -283,7 +281,7 @@ class DelayedExchanges:
             if self._timer_due <= due:
                 return
             self._timer.cancel()
-        wait = (due - _now_ms()) / 1000.0
+        wait = (due - self._now_ms()) / 1000.0
         self._timer_due = due
         if wait <= 0:
             self._timer = self.clock.call_soon(self._fire)
@@ -299,7 +297,7 @@ class DelayedExchanges:
     def _fire(self) -> None:
         self._timer = None
         heap = self.heap
-        now = _now_ms()
+        now = self._now_ms()
         limit = now + EARLY_MS
         n = 0
         if heap and heap[0][0] <= limit:
@@ -365,7 +363,7 @@ class DelayedExchanges:
         self.spilled = count
         if count:
             log.info("recovering %d delayed messages (earliest due %s ms from now)", count,
-                     min_due - int(_now_ms()))
+                     min_due - int(self._now_ms()))
         self._maybe_load()
         self._tick()
         return {"delayed_messages": count}
@@ -409,7 +407,7 @@ class DelayedExchanges:
     def _maybe_load(self) -> None:
         if self.loading or self.closed:
             return
-        now = _now_ms()
+        now = self._now_ms()
         if now < self._retry_at:
             return
         room = self.max_in_memory - self.mem_stored
@@ -440,10 +438,10 @@ class DelayedExchanges:
         gone, self.gone_while_loading = self.gone_while_loading, set()
         if exc is not None:
             log.error("reading delayed messages from the store failed (retrying in 1 s): %s", exc)
-            self._retry_at = _now_ms() + 1000
+            self._retry_at = self._now_ms() + 1000
             self.spilled += len(parked)  # their rows are (being) written: the next load finds them
             return
-        now = _now_ms()
+        now = self._now_ms()
         self.stats["loads"] += 1
         full = len(rows) >= limit
         horizon = (rows[-1][DUE], rows[-1][ID] + 1) if full else (until, 0)

@@ -28,7 +28,7 @@ class Message:
         self.expires_ms: int | None = None
         self.created_ms = 0
         self.rejected = False      # refused by a queue's reject-publish overflow
-        self.delivered_at = 0.0    # monotonic time of the last delivery (consumer timeout)
+        self.delivered_at = None   # the clock's time() of the last delivery (consumer timeout)
 
     def copy(self) -> "Message":
         m = Message(self.exchange, self.routing_key, self.properties, self.body, self.persistent,
