@@ -214,9 +214,9 @@ class Broker:
 
     # -- publish path --------------------------------------------------------------------------
     def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
-                publisher: Connection | None = None, per_message_ttl: int | None = None
-                ) -> tuple[bool, Waiter | None, bool]:
-        """Route and enqueue. Returns (routed, durability waiter or None, rejected)."""
+                publisher: Connection | None = None) -> tuple[bool, Waiter | None, bool]:
+        """Route and enqueue a message (made by ``message.from_wire``; its per-message TTL is
+        ``msg.ttl``). Returns (routed, durability waiter or None, rejected)."""
         self.stats["publish"] += 1
         ex.stats_in += 1  # the exchange's publish_in (admin API message_stats)
         if ex.holds_messages:  # x-delayed-message
@@ -233,7 +233,7 @@ class Broker:
             self.stats["return_unroutable"] += 1
             return False, None, False
         ex.stats_out += len(queues)  # publish_out: one per queue reached, as RabbitMQ counts it
-        return self.enqueue(queues, msg, publisher, per_message_ttl)
+        return self.enqueue(queues, msg, publisher)
 
     def dispatch_deferred(self, later: list) -> None:
         """End of a run of publishes: the queues that waited deliver now."""
@@ -242,8 +242,8 @@ class Broker:
             q.dispatch_queued = False
             q.dispatch()
 
-    def enqueue(self, queues: list[QueueType], msg: Message, publisher: Connection | None = None,
-                per_message_ttl: int | None = None) -> tuple[bool, Waiter | None, bool]:
+    def enqueue(self, queues: list[QueueType], msg: Message, publisher: Connection | None = None
+                ) -> tuple[bool, Waiter | None, bool]:
         """Hand a routed message to each queue (a cheap copy per extra queue); each queue type
         stores what it must and says whether the publisher is to be nacked."""
         waiter = None
@@ -252,7 +252,7 @@ class Broker:
         for q in queues:
             m = msg if first else msg.copy()
             first = False
-            w = q.enqueue(m, publisher, per_message_ttl)
+            w = q.enqueue(m, publisher, m.ttl)
             if w is not None:  # different waiters (another node's confirm): all must fire
                 waiter = w if waiter is None or waiter is w else Waiter.all(waiter, w)
             elif m.rejected:

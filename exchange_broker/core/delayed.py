@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from routing.delayed import X_DELAYED
 
-from exchange_broker.core.message import Message
+from exchange_broker.core.message import Message, from_wire
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.errors import AMQPError
 
@@ -165,7 +165,7 @@ class Broker(Protocol):
     stats: dict[str, int]
 
     def publish(self, vhost: "VHost", ex: "Exchange", msg: Message, has_headers: bool,
-                publisher=None, per_message_ttl: int | None = None): ...
+                publisher=None): ...
 
 
 class DelayedExchanges:
@@ -326,17 +326,13 @@ class DelayedExchanges:
         if ex is None or ex.type != X_DELAYED:  # (deleting the exchange drops its entries anyway)
             self.stats["dropped"] += 1
         else:
-            dm, prio, flags = codec.quick_properties(properties)
-            m = Message(ex.name, routing_key, properties, body, dm == 2, prio)
             broker.stats["publish"] -= 1  # counted when the client published it
             ex.stats_in -= 1  # so is the exchange's publish_in
             self._releasing = True
             try:
-                ttl = None  # per-message TTL runs from the enqueue, i.e. from now
-                if flags & codec.FLAG_EXPIRATION:
-                    from exchange_broker.core.queue_args import parse_expiration
-                    ttl = parse_expiration(m.props.get("expiration"))
-                broker.publish(vh, ex, m, True, None, ttl)
+                # per-message TTL runs from the enqueue, i.e. from now (the user-id was checked
+                # when the client published it)
+                broker.publish(vh, ex, from_wire(ex.name, routing_key, properties, body), True, None)
             except Exception:
                 log.exception("routing delayed message %d from %s failed", id,
                               vh.describe("exchange", ex.name))
