@@ -19,7 +19,8 @@ from exchange_broker.connection.session import Session
 from exchange_broker.core.clock import ManualClock
 from exchange_broker.testing import client_handshake
 
-B, Q, C = commands.Basic, commands.Queue, commands.Channel
+B, Q, C, E = commands.Basic, commands.Queue, commands.Channel, commands.Exchange
+CONFIRM = commands.Confirm
 
 
 def frames(data: bytes) -> list:
@@ -75,9 +76,9 @@ class SansIOClient:
         self.session.data_received(b"".join(pframe.marshal(m, channel) for m in methods))
 
     def publish(self, routing_key: str, body: bytes = b"", exchange: str = "", channel: int = 1,
-                **properties) -> None:
+                mandatory: bool = False, **properties) -> None:
         props = commands.Basic.Properties(**properties)
-        self.send(B.Publish(exchange=exchange, routing_key=routing_key),
+        self.send(B.Publish(exchange=exchange, routing_key=routing_key, mandatory=mandatory),
                   pheader.ContentHeader(0, len(body), props), pbody.ContentBody(body), channel=channel)
 
     # -- output --------------------------------------------------------------------------------
