@@ -92,13 +92,6 @@ def _env_int(name: str, default: int) -> int:
 
 
 # -- the x-delay header ---------------------------------------------------------------------------
-def delay_of(headers: dict | None) -> int | None:
-    """The delay in ms when the message must be held, else None (route now)."""
-    if not headers:
-        return None
-    return delay_value(headers.get("x-delay"))
-
-
 def delay_value(value) -> int | None:
     """The plugin's reading of an x-delay value: integer types as they are, floats and decimals
     truncated, strings parsed as a decimal integer; held only when 0 < delay <= 2^32-1."""

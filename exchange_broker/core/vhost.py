@@ -98,9 +98,6 @@ class VHost:
         return describe(kind, name, self.name)
 
     # -- routing -------------------------------------------------------------------------------
-    def lookup(self, name: str) -> Exchange | None:
-        return self.exchanges.get(name)
-
     def route(self, exchange: Exchange, routing_key: str, headers: dict | None) -> list[QueueType]:
         queues = self.queues
         if exchange.name == "":

@@ -350,9 +350,6 @@ class SqlDurability(DelayedWrites):
         q.refill = self.refill
         self.paging_queues.add(q)
 
-    def detach(self, q) -> None:
-        self.paging_queues.discard(q)
-
     def _evict_all(self) -> None:
         for q in list(self.paging_queues):
             if q.deleted:
