@@ -24,7 +24,7 @@ from exchange_broker.core.delayed import DelayedExchanges
 from exchange_broker.core.exchange import Exchange
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import describe
-from exchange_broker.core.ports import Connection, NullDurability, Waiter
+from exchange_broker.core.ports import Connection, Durability, NullDurability, Waiter
 from exchange_broker.core.queue import QueueType
 from exchange_broker.core.queue_args import amqp_type
 from exchange_broker.core.reply_to import ReplyTo
@@ -49,7 +49,7 @@ CAPABILITIES = {
 
 
 class Broker:
-    def __init__(self, *, durability=None, clock: Clock | None = None,
+    def __init__(self, *, durability: Durability | None = None, clock: Clock | None = None,
                  queue_types: dict[str, type[QueueType]] | None = None, default_user: str = "guest",
                  default_pass: str = "guest", loopback_users: tuple[str, ...] = ("guest",),
                  consumer_timeout_ms: int = 30 * 60 * 1000, max_connections: int = 0) -> None:
@@ -61,7 +61,7 @@ class Broker:
         self.vhost_limits: dict[str, dict[str, int]] = {}
         self.user_limits: dict[str, dict[str, int]] = {}
         self.sessions: set[Connection] = set()   # open AMQP connections (connection/session.py)
-        self.durability = durability or NullDurability()
+        self.durability: Durability = durability or NullDurability()
         self.clock: Clock = clock or NoClock()
         self.queue_types: dict[str, type[QueueType]] = dict(queue_types or {})
         self.consumer_timeout_ms = consumer_timeout_ms  # RabbitMQ's default: 30 minutes

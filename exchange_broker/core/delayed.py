@@ -65,6 +65,7 @@ from exchange_broker.protocol.errors import AMQPError
 
 if TYPE_CHECKING:
     from exchange_broker.core.clock import Clock
+    from exchange_broker.core.ports import DelayedDurability
     from exchange_broker.core.exchange import Exchange
     from exchange_broker.core.vhost import VHost
 
@@ -153,7 +154,7 @@ class Broker(Protocol):
     """What the manager uses of ``core/broker.Broker`` (which creates it)."""
 
     clock: "Clock"
-    durability: object  # core/ports.NullDurability or durability/sql.SqlDurability
+    durability: "DelayedDurability"  # core/ports.NullDurability or durability/sql.SqlDurability
     vhosts: dict[str, "VHost"]
     stats: dict[str, int]
 
