@@ -57,7 +57,8 @@ class PublishMethods:
                 self.publish_seq += 1
                 seq = self.publish_seq
             self.stats_published += 1
-            if self.tx:
+            if self.tx:  # checked now (user-id, expiration), as RabbitMQ; routed at tx.commit
+                from_wire(ex.name, routing_key, p.properties, p.body, sess.principal, p.quick)
                 self.tx_publishes.append((ex, routing_key, p.mandatory, p.properties, p.body))
                 continue
             self._route(ex, routing_key, p.mandatory, p.properties, p.body, seq, None, p.quick)

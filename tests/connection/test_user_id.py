@@ -48,3 +48,16 @@ def test_an_administrator_may_not_forge_but_an_impersonator_may(broker, connect)
     relay.basic_publish("", "uid2", b"on behalf", pika.BasicProperties(user_id="alice"))
     assert wait_until(lambda: broker.broker.vhosts["/"].queues["uid2"].message_count == 1)
     assert _get(guest, "uid2") == ("alice", b"on behalf")
+
+
+def test_in_a_transaction_the_publish_itself_is_refused(broker, connect):
+    conn = connect()
+    ch = conn.channel()
+    ch.queue_declare("uid-tx")
+    ch.tx_select()
+    ch.basic_publish("", "uid-tx", b"ok", pika.BasicProperties(user_id="guest"))
+    ch.basic_publish("", "uid-tx", b"forged", pika.BasicProperties(user_id="mallory"))
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
+        ch.tx_commit()  # the channel was closed at the publish: nothing of the tx is routed
+    assert exc.value.reply_code == 406 and "set to 'mallory'" in exc.value.reply_text
+    assert broker.broker.vhosts["/"].queues["uid-tx"].message_count == 0
