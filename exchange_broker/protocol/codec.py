@@ -221,6 +221,7 @@ _FLAG_CT, _FLAG_CE, _FLAG_HEADERS, _FLAG_DM, _FLAG_PRIO = 1 << 15, 1 << 14, 1 <<
 FLAG_HEADERS = _FLAG_HEADERS
 FLAG_EXPIRATION = 1 << 8
 FLAG_REPLY_TO = 1 << 9
+FLAG_USER_ID = 1 << 4
 
 
 def headers_offset(raw: bytes) -> tuple[int, int]:
