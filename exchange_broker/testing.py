@@ -27,19 +27,6 @@ def client_handshake(*channels: int, vhost: str = "/") -> bytes:
     return data + b"".join(pframe.marshal(commands.Channel.Open(), ch) for ch in channels)
 
 
-def server_frames(data: bytes) -> list:
-    """The frames (pamqp objects) of what a server wrote, its protocol header skipped."""
-    out = []
-    while data:
-        if data.startswith(b"AMQP"):
-            data = data[8:]
-            continue
-        n, _channel, f = pframe.unmarshal(data)
-        data = data[n:]
-        out.append(f)
-    return out
-
-
 class ThreadedBroker:
     """Start with ``start()``; ``port`` is then the bound ephemeral port; ``stop()`` joins the thread.
 

@@ -22,6 +22,7 @@ from pamqp import decode as pdecode
 
 from exchange_broker.connection.channel import Channel
 from exchange_broker.connection.credentials import Credentials
+from exchange_broker.core.auth import User
 from exchange_broker.core.names import logsafe
 from exchange_broker.protocol import codec
 from exchange_broker.protocol import events as ev
@@ -72,6 +73,7 @@ class Session(Credentials):
         self.channels: dict[int, Channel] = {}
         self.vhost = None
         self.user: str | None = None
+        self.principal = None      # the user publishes are checked against (message.from_wire)
         self.auth_user = None      # core/auth_backends.AuthenticatedUser, once logged in
         self.authz = None          # an external backend's grants (None: the broker's tables)
         self._login_waiting = False
@@ -273,6 +275,14 @@ class Session(Credentials):
             elif t is ev.Opened:
                 self.vhost = self.broker.vhosts[event.vhost]
                 self.user = event.user
+                # the cluster's link user republishes what other nodes checked: it is not checked;
+                # a user of another backend (OAuth 2.0, LDAP) has the tags it logged in with
+                if self.broker.is_link_user(event.user):
+                    self.principal = None
+                elif self.authz is None and event.user in self.broker.users:
+                    self.principal = self.broker.users[event.user]
+                else:
+                    self.principal = User(event.user, "", tags=list(self.auth_user.tags if self.auth_user else []))
                 self.client_properties = event.client_properties
                 self.broker.sessions.add(self)
                 self._arm_expiry()

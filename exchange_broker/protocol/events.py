@@ -1,4 +1,5 @@
-"""Events produced by :class:`ServerConnection` for the broker session."""
+"""Events of the sans-IO connections: :class:`ServerConnection` (for the broker session) and, at the
+end, those only :class:`ClientConnection` produces (it also uses Method, Closing and Closed)."""
 
 from __future__ import annotations
 
@@ -94,3 +95,31 @@ class UpdateSecret:
     secret: str | bytes
     reason: str
     channel: int = 0
+
+
+# -- events of the client side (``client.py``) ------------------------------------------------------
+
+@dataclass(slots=True)
+class Connected:
+    """Client: the handshake finished (connection.open-ok); the negotiated limits."""
+    server_properties: dict
+    frame_max: int
+    channel_max: int
+    heartbeat: int
+
+
+@dataclass(slots=True)
+class Delivered:
+    """Client: a basic.deliver, basic.get-ok or basic.return with its content
+    (``deliveries.Delivery``: raw properties, body)."""
+    channel: int
+    delivery: Any
+
+
+@dataclass(slots=True)
+class Confirm:
+    """Client: the server's basic.ack (``ack`` True) or basic.nack of published messages."""
+    channel: int
+    delivery_tag: int
+    multiple: bool
+    ack: bool

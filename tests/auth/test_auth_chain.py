@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pamqp import commands
 from pamqp import frame as pframe
+from sansio import frames as framed
 
 from exchange_broker.assembly import make_broker
 from exchange_broker.connection.session import Session
@@ -12,10 +13,13 @@ from exchange_broker.core.auth_backends import (AuthChain, AuthenticatedUser, Ba
                                                 InternalBackend, LoginRefused)
 from exchange_broker.core.clock import ManualClock
 from exchange_broker.core.oauth2_scopes import ScopeAuthz
-from exchange_broker.testing import client_handshake, server_frames
+from exchange_broker.testing import client_handshake
 
 
-frames = server_frames
+
+
+def frames(data: bytes) -> list:
+    return [f for _channel, f in framed(data)]
 
 
 class Directory:

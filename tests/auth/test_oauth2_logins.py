@@ -225,3 +225,20 @@ def test_serve_refuses_bad_auth_settings_in_one_line(workdir):
                                "--admin-port", "0", "--data-dir", str(workdir / "d"), *args],
                               capture_output=True, text=True, timeout=60, cwd=str(REPO), env=subprocess_env())
         assert proc.returncode != 0 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_user_id_is_checked_against_the_token_user_and_its_impersonator_tag(tb, keys):
+    conn = connect(tb, keys["rsa"].token(ALL))
+    ch = conn.channel()
+    ch.queue_declare("uid")
+    ch.confirm_delivery()
+    ch.basic_publish("", "uid", b"mine", pika.BasicProperties(user_id="alice"))
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.basic_publish("", "uid", b"forged", pika.BasicProperties(user_id="mallory"))
+    assert info.value.reply_code == 406 and "authenticated user was 'alice'" in info.value.reply_text
+    conn.close()
+    relay = connect(tb, keys["rsa"].token(ALL + (f"{RSID}.tag:impersonator",), sub="relay"))
+    ch = relay.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("", "uid", b"on behalf", pika.BasicProperties(user_id="mallory"))
+    relay.close()

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 from pamqp import commands
 from pamqp import frame as pframe
+from sansio import frames as framed
 
-from exchange_broker.testing import client_handshake, server_frames
+from exchange_broker.testing import client_handshake
 from exchange_broker.assembly import make_broker
 from exchange_broker.connection.session import Session
 from exchange_broker.core.clock import ManualClock
 
+
+def frames(data: bytes) -> list:
+    return [f for _channel, f in framed(data)]
+
+
 HANDSHAKE = client_handshake(1)
-
-
-frames = server_frames
 
 
 def connect(broker):
