@@ -7,7 +7,6 @@ A mixin of ``Session``: it uses the session's protocol connection, clock and clo
 from __future__ import annotations
 
 import logging
-import time
 
 from pamqp import commands
 
@@ -53,7 +52,7 @@ class Credentials:
             self._expiry = None
         expires = self.auth_user.expires_at if self.auth_user is not None else None
         if expires is not None:
-            self._expiry = self.broker.clock.call_later(max(0.0, expires - time.time()),
+            self._expiry = self.broker.clock.call_later(max(0.0, expires - self.broker.clock.wall()),
                                                         self._credential_expired)
 
     def _credential_expired(self) -> None:

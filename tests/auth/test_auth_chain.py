@@ -138,3 +138,58 @@ def test_a_session_refused_later_gets_403_and_a_lost_one_is_ignored():
     got = frames(b"".join(out))
     assert type(got[-1]).__name__ == "Close" and got[-1].reply_code == 403
     assert not broker.sessions
+
+
+class Tokens:
+    """A backend of expiring credentials: the password "token-N" is valid until wall time N."""
+    name = "oauth2"
+
+    def needs_io(self, username, password):
+        return False
+
+    def login(self, username, password, peer_host):
+        if not (password or "").startswith("token-"):
+            return None
+        return AuthenticatedUser(username, [], self.name, ScopeAuthz(["read:*/*", "write:*/*", "configure:*/*"]),
+                                 float(password[6:]))
+
+
+def token_session(clock, broker, expires: float):
+    out: list[bytes] = []
+    sess = Session(broker, out.append, lambda: None, ("127.0.0.1", 1))
+    sess.data_received(client_handshake()[:8] + pframe.marshal(commands.Connection.StartOk(
+        client_properties={}, mechanism="PLAIN", response=f"\x00svc\x00token-{expires!r}"), 0)
+        + pframe.marshal(commands.Connection.TuneOk(2047, 131072, 0), 0)
+        + pframe.marshal(commands.Connection.Open(virtual_host="/"), 0))
+    clock.advance()
+    return sess, out
+
+
+def test_a_credential_closes_its_connection_when_it_expires_and_update_secret_moves_that():
+    clock = ManualClock()
+    broker = make_broker(clock=clock)
+    broker.auth = AuthChain([Tokens()])
+    now = clock.wall()
+    sess, out = token_session(clock, broker, now + 10)
+    clock.advance(9.9)
+    assert [type(f).__name__ for f in frames(b"".join(out))] == ["Start", "Tune", "OpenOk"]
+    sess.data_received(pframe.marshal(commands.Connection.UpdateSecret(f"token-{now + 30!r}", "refresh"), 0))
+    clock.advance(0.2)  # past the first credential's expiry: still open
+    assert type(frames(b"".join(out))[-1]).__name__ == "UpdateSecretOk"
+    clock.advance(20.0)  # past the new one's (now + 30)
+    close = frames(b"".join(out))[-1]
+    assert type(close).__name__ == "Close" and (close.reply_code, close.reply_text) == (320, "CONNECTION_FORCED - credential expired")
+
+
+def test_an_expired_credential_at_open_and_a_refused_new_secret():
+    clock = ManualClock()
+    broker = make_broker(clock=clock)
+    broker.auth = AuthChain([Tokens()])
+    _, out = token_session(clock, broker, clock.wall() - 1)  # RabbitMQ: the timer fires at once
+    clock.advance()
+    assert frames(b"".join(out))[-1].reply_code == 320
+    sess, out = token_session(clock, broker, clock.wall() + 60)
+    sess.data_received(pframe.marshal(commands.Connection.UpdateSecret("not-a-token", "refresh"), 0))
+    clock.advance()
+    close = frames(b"".join(out))[-1]
+    assert (close.reply_code, close.reply_text) == (530, "NOT_ALLOWED - New secret was refused by one of the backends")
