@@ -90,9 +90,12 @@ class OAuth2Backend:
             return self._keys.get(self.s.default_key)
         return next(iter(self._keys.values())) if len(self._keys) == 1 else None
 
-    def _refresh(self) -> None:
-        """Fetch the JWKS document (blocking: called off the event loop)."""
+    def _refresh(self, kid: str | None) -> None:
+        """Fetch the JWKS document (blocking: called off the event loop). Logins waiting for the
+        same new key share one fetch: the first brings it, the others find it."""
         with self._lock:  # the new document replaces the old one: a key the issuer dropped goes
+            if self._key_for(kid) is not None:
+                return
             jwks = self._client.get_jwk_set(refresh=True)
             self._keys = {**self._file_keys, **{k.key_id: k for k in jwks.keys if k.key_id}}
         log.info("fetched the JWKS of %s: key ids %s", self.s.jwks_url,
@@ -107,7 +110,7 @@ class OAuth2Backend:
         key = self._key_for(kid)
         if key is None and self._client is not None:
             try:
-                self._refresh()
+                self._refresh(kid)
             except Exception as exc:  # the issuer is down: refused, said once in the log
                 raise BackendRefusal(f"cannot fetch the signing keys from {self.s.jwks_url}: {exc}") from None
             key = self._key_for(kid)

@@ -242,3 +242,23 @@ def test_user_id_is_checked_against_the_token_user_and_its_impersonator_tag(tb, 
     ch.confirm_delivery()
     ch.basic_publish("", "uid", b"on behalf", pika.BasicProperties(user_id="mallory"))
     relay.close()
+
+
+def test_logins_waiting_for_the_same_new_key_share_one_fetch(tb, idp, keys):
+    import threading
+    connect(tb, keys["rsa"].token(ALL)).close()
+    fetches = idp.fetches
+    idp.keys.append(keys["ec"])
+    errors = []
+
+    def login():
+        try:
+            connect(tb, keys["ec"].token(ALL)).close()
+        except Exception as exc:  # reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=login) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and idp.fetches == fetches + 1
