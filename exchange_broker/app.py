@@ -111,8 +111,15 @@ def build_broker(clock: Clock, *, durability=None, config: Config | None = None)
     """The broker with the standard queue types, its clock and durability, and the settings of
     ``config`` (the defaults without one)."""
     config = config or Config()
-    return make_broker(clock=clock, durability=durability, consumer_timeout_ms=config.consumer_timeout,
-                       max_connections=config.max_connections)
+    broker = make_broker(clock=clock, durability=durability, consumer_timeout_ms=config.consumer_timeout,
+                         max_connections=config.max_connections)
+    if config.auth_backend_list != ["internal"]:  # --auth-backends (exchange_broker/auth/)
+        from exchange_broker.auth.chain import make_chain
+        try:
+            broker.auth = make_chain(broker, config, getattr(clock, "loop", None))
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+    return broker
 
 
 def recover(broker: Broker, durability, window: int) -> None:
@@ -150,6 +157,10 @@ async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     ssl_options = server.tls.uvicorn_options() if server.tls is not None and not config.no_admin_tls else None
     admin = AdminServer(broker, host, port, amqp_server=server, ssl_options=ssl_options,
                         sample_interval=config.stats_sample_interval, trust_local_proxy=config.cluster)
+    if config.management_oauth_client_id:  # the web UI's single sign-on (GET /api/auth)
+        admin.context.ui_oauth = {"oauth_enabled": True, "oauth_client_id": config.management_oauth_client_id,
+                                  "oauth_provider_url": config.management_oauth_provider_url,
+                                  "oauth_scopes": config.management_oauth_scopes}
     try:
         await admin.start()
     except OSError as exc:

@@ -139,6 +139,74 @@ class Config:
     cluster_failover_timeout: float = setting(
         8.0, "seconds without a heartbeat after which a node is dead and its queues move", group="cluster")
 
+    # -- authentication backends (RabbitMQ's auth_backends, auth_oauth2.*, auth_ldap.*) -------------
+    auth_backends: str = setting(
+        "internal", "the authentication backends, in the order they are asked (auth_backends.1 = ...): "
+                    "internal, oauth2, ldap, comma-separated", group="auth")
+    auth_timeout: float = setting(
+        5.0, "seconds a backend may take to answer over the network (a JWKS fetch, an LDAP query) "
+             "before the login is refused", group="auth")
+    auth_oauth2_resource_server_id: str = setting(
+        "rabbitmq", "auth_oauth2.resource_server_id: the prefix of the scopes this broker reads, and "
+                    "the audience tokens must name", group="auth")
+    auth_oauth2_jwks_url: str = setting("", "auth_oauth2.jwks_url: the issuer's JWKS document",
+                                        group="auth")
+    auth_oauth2_signing_key: str = setting(
+        "", "auth_oauth2.signing_keys: PEM public keys, KID=FILE[,KID=FILE...] (a bare FILE is key "
+            "id 'default')", group="auth")
+    auth_oauth2_default_key: str = setting(
+        "", "auth_oauth2.default_key: the key id used for tokens that name none", group="auth")
+    auth_oauth2_issuer: str = setting("", "auth_oauth2.issuer: the iss claim tokens must carry "
+                                          "(empty: not checked)", group="auth")
+    auth_oauth2_audience: str = setting(
+        "", "the aud claim tokens must carry (empty: the resource server id)", group="auth")
+    auth_oauth2_verify_aud: str = setting("true", "auth_oauth2.verify_aud", group="auth",
+                                          choices=("true", "false"))
+    auth_oauth2_additional_scopes_key: str = setting(
+        "", "auth_oauth2.additional_scopes_key (extra_scopes_source): claims (space-separated, "
+            "dotted paths) whose values are scopes too", group="auth")
+    auth_oauth2_preferred_username_claims: str = setting(
+        "", "auth_oauth2.preferred_username_claims: comma-separated claims tried for the user name "
+            "before sub and client_id", group="auth")
+    auth_oauth2_scope_prefix: str | None = setting(
+        None, "auth_oauth2.scope_prefix (default: the resource server id and a dot)", group="auth",
+        default_text="RESOURCE_SERVER_ID.")
+    management_oauth_client_id: str = setting(
+        "", "management.oauth_client_id: the web UI's OAuth 2.0 client; set, the login page offers single "
+            "sign-on (authorization code flow with PKCE) at --management-oauth-provider-url", group="auth")
+    management_oauth_provider_url: str = setting(
+        "", "management.oauth_provider_url: the identity provider (its /.well-known/openid-configuration "
+            "names the authorization and token endpoints)", group="auth")
+    management_oauth_scopes: str = setting(
+        "openid profile", "management.oauth_scopes: the scopes the web UI asks for (add the broker's, e.g. "
+                          "rabbitmq.tag:administrator, when the provider needs them asked)", group="auth")
+    auth_ldap_servers: str = setting("", "auth_ldap.servers: LDAP server hosts, comma-separated, tried in "
+                                         "order", group="auth")
+    auth_ldap_port: int = setting(389, "auth_ldap.port", group="auth")
+    auth_ldap_use_ssl: bool = setting(False, "auth_ldap.use_ssl: LDAPS", group="auth")
+    auth_ldap_use_starttls: bool = setting(False, "auth_ldap.use_starttls", group="auth")
+    auth_ldap_ssl_ca_file: str = setting("", "auth_ldap.ssl_options.cacertfile: the CA that signed the "
+                                             "server's certificate (default: the system's)", group="auth")
+    auth_ldap_user_dn_pattern: str = setting("${username}", "auth_ldap.user_dn_pattern", group="auth")
+    auth_ldap_dn_lookup_attribute: str = setting(
+        "", "auth_ldap.dn_lookup_attribute: find the user's DN by this attribute (e.g. uid)", group="auth")
+    auth_ldap_dn_lookup_base: str = setting("", "auth_ldap.dn_lookup_base", group="auth")
+    auth_ldap_group_lookup_base: str = setting(
+        "", "auth_ldap.group_lookup_base: where in_group_nested (and in_group on a DN naming the vhost "
+            "or resource) look for the user's groups (default: --auth-ldap-dn-lookup-base)", group="auth")
+    auth_ldap_vhost_access_query: str = setting(
+        '["constant", true]', "auth_ldap.vhost_access_query, in JSON (README: LDAP)", group="auth")
+    auth_ldap_resource_access_query: str = setting(
+        '["constant", true]', "auth_ldap.resource_access_query, in JSON", group="auth")
+    auth_ldap_topic_access_query: str = setting(
+        '["constant", true]', "auth_ldap.topic_access_query, in JSON", group="auth")
+    auth_ldap_tag_queries: str = setting(
+        '{"administrator": ["constant", false]}', "auth_ldap.tag_queries, a JSON object tag -> query",
+        group="auth")
+    auth_ldap_pool_size: int = setting(64, "auth_ldap.pool_size: idle LDAP connections kept", group="auth")
+    auth_ldap_timeout: float = setting(5.0, "auth_ldap.timeout: seconds for each LDAP operation",
+                                       group="auth")
+
     def __post_init__(self) -> None:
         for name in ("port", "tls_port", "admin_port"):
             _check(self, name, 0, 65535, "a port number")
@@ -170,6 +238,10 @@ class Config:
         if self.cluster and (self.in_memory or not (self.database_url or "").startswith("postgresql")):
             raise ValueError("--cluster needs a PostgreSQL --database-url (the nodes share it; "
                              "SQLite and --in-memory stores are single-node)")
+        bad = [b for b in self.auth_backend_list if b not in ("internal", "oauth2", "ldap")]
+        if bad or not self.auth_backend_list:
+            raise ValueError(f"--auth-backends must list internal, oauth2 or ldap, not {self.auth_backends!r}")
+        _check(self, "auth_timeout", 0.1, 120, "a number of seconds")
         if self.node_name is not None and not self.node_name.strip():
             raise ValueError("--node-name must not be empty")
 
@@ -187,6 +259,10 @@ class Config:
         if self.no_publisher_pacing:
             limits["publisher_pacing"] = False
         return limits
+
+    @property
+    def auth_backend_list(self) -> list[str]:
+        return [b.strip() for b in self.auth_backends.split(",") if b.strip()]
 
     @property
     def data_path(self) -> str:

@@ -21,7 +21,8 @@ from pamqp import commands
 from pamqp import decode as pdecode
 
 from exchange_broker.connection.channel import Channel
-from exchange_broker.core.auth import User, is_loopback
+from exchange_broker.connection.credentials import Credentials
+from exchange_broker.core.auth import User
 from exchange_broker.core.names import logsafe
 from exchange_broker.protocol import codec
 from exchange_broker.protocol import events as ev
@@ -44,7 +45,7 @@ def certificate_cn(cert: dict | None) -> str | None:
     names = [value for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"]
     return ",".join(names) if names else None
 
-class Session:
+class Session(Credentials):
     def __init__(self, broker, write: Callable[[bytes], None], close: Callable[[], None],
                  peer: tuple = ("", 0), *, limits: dict | None = None, name: str = "",
                  set_reading: Callable[[bool], None] = lambda on: None,
@@ -73,6 +74,10 @@ class Session:
         self.vhost = None
         self.user: str | None = None
         self.principal = None      # the user publishes are checked against (message.from_wire)
+        self.auth_user = None      # core/auth_backends.AuthenticatedUser, once logged in
+        self.authz = None          # an external backend's grants (None: the broker's tables)
+        self._login_waiting = False
+        self._expiry = None        # the credential's expiry timer
         self.exclusive_queues: set = set()
         self.writable = True       # deliveries allowed (budget not exhausted, transport not paused)
         self.paused = False        # the transport asked us to stop writing
@@ -181,16 +186,18 @@ class Session:
             raise AMQPError(ACCESS_REFUSED, f"malformed {mechanism} login response: {exc}",
                             10, 11, hard=True) from None
         host = self.peer[0] if self.peer else ""
-        try:
-            return self.broker.authenticate(user, password, is_loopback(host), mechanism)
-        except AMQPError as err:  # as RabbitMQ: the client is told to see the log, so it says why
-            log.info("login refused on connection %s: user '%s', mechanism %s: %s", self.name,
-                     logsafe(user), mechanism, logsafe(err.text))
-            raise
+        decided: list = []
+        self.broker.login(user, password, host, mechanism,
+                          lambda r: self.login_decided(r) if self._login_waiting else decided.append(r),
+                          self.name)
+        if not decided:  # a backend asked the network (off the loop): answered in _login_decided
+            self._login_waiting = True
+            return None
+        return self._login_result(decided[0], mechanism)
 
     def _open_vhost(self, user: str, vhost: str) -> None:
         try:
-            self.broker.open_vhost(user, vhost)
+            self.broker.open_vhost(user, vhost, self.authz)
         except AMQPError as err:
             log.info("connection %s refused: user '%s', vhost '%s': %s", self.name, logsafe(user),
                      logsafe(vhost), logsafe(err.text))
@@ -268,13 +275,21 @@ class Session:
             elif t is ev.Opened:
                 self.vhost = self.broker.vhosts[event.vhost]
                 self.user = event.user
-                # the cluster's link user republishes what other nodes checked: it is not checked
-                self.principal = None if self.broker.is_link_user(event.user) else \
-                    self.broker.users.get(event.user) or User(event.user, "")
+                # the cluster's link user republishes what other nodes checked: it is not checked;
+                # a user of another backend (OAuth 2.0, LDAP) has the tags it logged in with
+                if self.broker.is_link_user(event.user):
+                    self.principal = None
+                elif self.authz is None and event.user in self.broker.users:
+                    self.principal = self.broker.users[event.user]
+                else:
+                    self.principal = User(event.user, "", tags=list(self.auth_user.tags if self.auth_user else []))
                 self.client_properties = event.client_properties
                 self.broker.sessions.add(self)
+                self._arm_expiry()
                 log.info("connection %s opened: user '%s', vhost '%s', mechanism %s", self.name,
                          logsafe(event.user), logsafe(event.vhost), self.auth_mechanism)
+            elif t is ev.UpdateSecret:
+                self._update_secret(event)
             elif t is ev.Closing:
                 if event.by_client:
                     self._client_close(event)
@@ -335,6 +350,9 @@ class Session:
             q.flow_blocked.discard(self)
         self.throttled_by.clear()
         self.broker.sessions.discard(self)
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
 
     def connection_lost(self) -> None:
         self._finish_input()

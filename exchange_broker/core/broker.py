@@ -17,13 +17,14 @@ from exchange_broker import __version__
 from exchange_broker.core import limits
 from exchange_broker.core import permissions as perms
 from exchange_broker.core import users as users_mod
-from exchange_broker.core.auth import HASHING_SHA256, User, hash_password
+from exchange_broker.core.auth import HASHING_SHA256, User, hash_password, is_loopback
+from exchange_broker.core.auth_backends import AuthChain, AuthenticatedUser, InternalBackend, LoginRefused
 from exchange_broker.core.clock import Clock, NoClock
 from exchange_broker.core.deadletter import dead_lettered_copy, is_cycle
 from exchange_broker.core.delayed import DelayedExchanges
 from exchange_broker.core.exchange import Exchange
 from exchange_broker.core.message import Message
-from exchange_broker.core.names import describe
+from exchange_broker.core.names import describe, logsafe
 from exchange_broker.core.ports import Connection, Durability, NullDurability, Waiter
 from exchange_broker.core.queue import QueueType
 from exchange_broker.core.queue_args import amqp_type
@@ -72,6 +73,7 @@ class Broker:
         # (name, password) of the user the nodes of a cluster log in to each other as: never stored,
         # not listed, and allowed everything in every vhost (None: not a cluster node)
         self.link_login: tuple[str, str] | None = None
+        self.auth = AuthChain([InternalBackend(self)])  # app.py sets --auth-backends' chain
         # a cluster with per-queue leaders: transient and exclusive queues, transient exchanges and
         # their bindings are stored too (the other nodes route to them; they die with their node)
         self.definitions_shared = False
@@ -167,32 +169,67 @@ class Broker:
         return q
 
     # -- authentication ------------------------------------------------------------------------
+    def login(self, username: str, password: str | None, peer_host: str, mechanism: str,
+              done: Callable, conn_name: str = "") -> None:
+        """THE login of every protocol (AMQP, MQTT, the admin API): the backend chain
+        (``core/auth_backends.py``), then RabbitMQ's loopback_users rule. ``done`` gets an
+        AuthenticatedUser or a LoginRefused (logged here, once, with each backend's reason);
+        ``password`` None: EXTERNAL, a verified TLS client certificate vouched for the user."""
+        def finished(result) -> None:
+            if isinstance(result, AuthenticatedUser) and result.name in self.loopback_users \
+                    and not is_loopback(peer_host):
+                result = LoginRefused([(result.backend, "loopback-only user")],
+                                      f"{mechanism} login refused: user '{result.name}' can only "
+                                      f"connect via localhost")
+            if isinstance(result, LoginRefused):  # the client is told to see the log: it says why
+                result.client_text = result.client_text or (
+                    f"Login was refused using authentication mechanism {mechanism}. For details "
+                    f"see the broker logfile.")
+                log.info("login refused on connection %s: user '%s', mechanism %s: %s (%s)",
+                         conn_name or peer_host or "local", logsafe(username), mechanism,
+                         result.client_text, logsafe(str(result)))
+            done(result)
+        self.auth.login(username, password, peer_host, finished)
+
     def authenticate(self, username: str, password: str | None, peer_is_loopback: bool,
                      mechanism: str = "PLAIN") -> str:
-        """The user name, or 403. ``password`` None: EXTERNAL, the user was vouched for by a
-        verified TLS client certificate and only has to exist."""
-        if self.link_login is not None and username == self.link_login[0]:
-            if password is not None and hmac.compare_digest(password.encode(), self.link_login[1].encode()):
-                return username
-            raise AMQPError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
-                            f"{mechanism}. For details see the broker logfile.", 10, 11, hard=True)
-        user = self.users.get(username)
-        if user is None or (password is not None and not user.check(password)):
-            raise AMQPError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
-                            f"{mechanism}. For details see the broker logfile.", 10, 11, hard=True)
-        if username in self.loopback_users and not peer_is_loopback:  # RabbitMQ's loopback_users
-            raise AMQPError(ACCESS_REFUSED, f"{mechanism} login refused: user '{username}' can only "
-                            f"connect via localhost", 10, 11, hard=True)
-        return username
+        """The former synchronous login, for callers not on ``login`` yet: the user name, or 403.
+        A backend that needs the network cannot answer here: the login is refused."""
+        decided: list = []
+        self.login(username, password, "" if peer_is_loopback else "0.0.0.0", mechanism, decided.append)
+        if decided and isinstance(decided[0], AuthenticatedUser):
+            return decided[0].name
+        text = decided[0].client_text if decided else f"{mechanism} login needs Broker.login (a backend asks the network)"
+        raise AMQPError(ACCESS_REFUSED, text, 10, 11, hard=True)
 
-    def open_vhost(self, user: str, vhost: str) -> None:
+    def check_link_password(self, password: str) -> bool:
+        return self.link_login is not None and hmac.compare_digest(password.encode(),
+                                                                   self.link_login[1].encode())
+
+    def update_secret(self, user, new_secret: str, peer_host: str, done: Callable) -> None:
+        """connection.update-secret: the backend that logged ``user`` in checks the new secret
+        (the same user name, as RabbitMQ's oauth2 backend insists); ``done`` as for login."""
+        backend = next((b for b in self.auth.backends if b.name == user.backend), None)
+        if backend is None or user.backend == "internal":
+            done(LoginRefused([(user.backend, "the backend cannot update a secret")]))
+            return
+        def finished(result) -> None:
+            if isinstance(result, AuthenticatedUser) and result.name != user.name:
+                result = LoginRefused([(user.backend, "Not allowed to change username on refreshed token")])
+            done(result)
+        self.auth.login(user.name, new_secret, peer_host, finished, backends=[backend])
+
+    def open_vhost(self, user: str, vhost: str, authz=None) -> None:
+        """connection.open: limits, the vhost, and the user's access to it (``authz``: an external
+        backend's answer, else the broker's permission table)."""
         if self.max_connections and len(self.sessions) >= self.max_connections:
             raise AMQPError(NOT_ALLOWED, f"connection refused: node connection limit "
                             f"({self.max_connections}) is reached", 10, 40, hard=True)
         limits.check_connection(self, user, vhost)  # vhost and user max-connections (530)
         if vhost not in self.vhosts:
             raise AMQPError(NOT_ALLOWED, f"vhost {vhost} not found", 10, 40, hard=True)
-        if (user, vhost) not in self.permissions and not self.is_link_user(user):
+        if (not authz.vhost_access(vhost) if authz is not None else
+                (user, vhost) not in self.permissions and not self.is_link_user(user)):
             raise AMQPError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{user}'",
                             10, 40, hard=True)
 
@@ -203,7 +240,7 @@ class Broker:
         """basic.publish: write permission on the exchange (403 before the 404, as RabbitMQ), then
         the topic permission's write pattern on the routing key (topic exchanges only)."""
         perms.check(session, perms.WRITE, "exchange", exchange)
-        if routing_key is not None and self.topic_permissions:
+        if routing_key is not None and (self.topic_permissions or session.__dict__.get("authz") is not None):
             perms.check_topic(session, exchange, routing_key, perms.WRITE)
 
     def check_channel_open(self, session: Connection, open_here: int) -> None:

@@ -93,8 +93,11 @@ def resource_name(kind: str, name: str) -> str:
 LINK_USER_PERMISSIONS = (".*", ".*", ".*")  # the cluster's nodes, logged in to each other (Broker.link_login)
 
 
-def allowed(broker, user: str, vhost: str, kind: str, name: str, perm: int) -> bool:
-    """Does ``user`` hold permission ``perm`` (CONFIGURE/WRITE/READ) on the resource?"""
+def allowed(broker, user: str, vhost: str, kind: str, name: str, perm: int, authz=None) -> bool:
+    """Does ``user`` hold permission ``perm`` (CONFIGURE/WRITE/READ) on the resource? ``authz``:
+    the grants of an external backend (OAuth 2.0 scopes, LDAP queries) instead of the tables."""
+    if authz is not None:
+        return authz.resource_access(vhost, kind, resource_name(kind, name), PERMISSION_NAMES[perm])
     triple = broker.permissions.get((user, vhost)) or (LINK_USER_PERMISSIONS if broker.is_link_user(user) else None)
     return triple is not None and matches(triple[perm], resource_name(kind, name))
 
@@ -115,14 +118,18 @@ def check(sess: Connection, perm: int, kind: str, name: str) -> None:
     broker = sess.broker
     vhost = sess.vhost.name
     user = sess.user
-    triple = broker.permissions.get((user, vhost)) or (LINK_USER_PERMISSIONS if broker.is_link_user(user) else None)
+    authz = sess.__dict__.get("authz")  # an external backend's grants (core/auth_backends.py)
+    triple = authz if authz is not None else broker.permissions.get((user, vhost)) or \
+        (LINK_USER_PERMISSIONS if broker.is_link_user(user) else None)
     cache = sess.__dict__.get("_perm_cache")
     if cache is None or cache[0] is not triple:
         cache = sess._perm_cache = (triple, set())
     key = (perm, kind, name)
     if key in cache[1]:
         return
-    if triple is None or not matches(triple[perm], resource_name(kind, name)):
+    if triple is None or not (matches(triple[perm], resource_name(kind, name)) if authz is None else
+                              authz.resource_access(vhost, kind, resource_name(kind, name),
+                                                    PERMISSION_NAMES[perm])):
         raise refused(user, vhost, kind, name)
     if len(cache[1]) >= _CACHE_MAX:
         cache[1].clear()
@@ -215,10 +222,16 @@ def topic_matches(pattern: str, key: str, user: str, vhost: str) -> bool:
     return rx is not None and rx.search(key) is not None
 
 
-def topic_allowed(broker, user: str, vhost: str, exchange, routing_key: str, perm: int) -> bool:
-    """``perm`` is WRITE (publish) or READ (bind); ``exchange`` is the Exchange object."""
+def topic_allowed(broker, user: str, vhost: str, exchange, routing_key: str, perm: int,
+                  authz=None) -> bool:
+    """``perm`` is WRITE (publish) or READ (bind); ``exchange`` is the Exchange object. With an
+    external backend's ``authz``, it decides (RabbitMQ's oauth2 backend allows a topic only by a
+    scope with a routing-key part)."""
     if exchange.type != "topic":
         return True
+    if authz is not None:
+        return authz.topic_access(vhost, resource_name("exchange", exchange.name), routing_key,
+                                  PERMISSION_NAMES[perm])
     entries = broker.topic_permissions.get((user, vhost))
     entry = entries.get(exchange.name) if entries else None
     if entry is None:
@@ -236,13 +249,14 @@ def check_topic(sess: Connection, exchange: str, routing_key: str, perm: int) ->
     """403 unless the session's user may publish (WRITE) or bind (READ) ``routing_key`` on the
     named exchange. Free when no topic permission is set anywhere (the publish hot path)."""
     broker = sess.broker
-    if not broker.topic_permissions:
+    authz = sess.__dict__.get("authz")
+    if not broker.topic_permissions and authz is None:
         return
     vh = sess.vhost
     ex = vh.exchanges.get(exchange)
     if ex is None or (perm == WRITE and ex.internal):
         return  # the caller answers 404 / the internal-exchange 403 next, as RabbitMQ orders it
-    if not topic_allowed(broker, sess.user, vh.name, ex, routing_key, perm):
+    if not topic_allowed(broker, sess.user, vh.name, ex, routing_key, perm, authz):
         raise topic_refused(sess.user, vh.name, exchange, routing_key)
 
 

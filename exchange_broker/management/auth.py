@@ -1,4 +1,6 @@
-"""HTTP Basic authentication against the broker's own users (RabbitMQ's management rules)."""
+"""The admin API's login (RabbitMQ's management rules): HTTP Basic (a user name and password, or
+an OAuth 2.0 token as the password) or ``Authorization: Bearer <token>``, both through the
+broker's one login (``Broker.login``: the ``--auth-backends`` chain)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import binascii
 from fastapi import Depends, Request
 from fastapi.security import HTTPBasic
 
-from exchange_broker.core.auth import is_loopback
+from exchange_broker.auth.offload import authenticate as login
+from exchange_broker.core.auth_backends import LoginRefused
 from exchange_broker.management.common import Principal, ServiceError
 
 REALM = "exchange-broker Management"
@@ -33,6 +36,8 @@ def login_failed(reason: str = "Login failed") -> ServiceError:
 def credentials(request: Request) -> tuple[str, str]:
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return "", value.strip()  # a token: the oauth2 backend takes its user from it
     if scheme.lower() != "basic" or not value:
         raise login_failed()
     try:
@@ -50,18 +55,22 @@ async def require_user(request: Request, _doc: None = Depends(basic_scheme)) -> 
     user, password = credentials(request)
     client = request.client
     broker = request.app.state.admin.broker
-    return authenticate(broker, user, password, is_loopback(client.host if client else None))
+    return await authenticate(broker, user, password, client.host if client else "")
 
 
-def authenticate(broker, username: str, password: str, peer_is_loopback: bool = True) -> Principal:
-    """RabbitMQ's management login: a known user, the right password, loopback-only users from
-    localhost only, and a management tag."""
-    user = broker.users.get(username)
-    if user is None or not user.check(password):
-        raise login_failed()
-    if username in broker.loopback_users and not peer_is_loopback:
-        raise login_failed("User can only log in via localhost")
-    if not any(t in MANAGEMENT_TAGS for t in user.tags):
+async def authenticate(broker, username: str, password: str, peer_host: str = "") -> Principal:
+    """RabbitMQ's management login: the backend chain allows the user (loopback-only users from
+    localhost only), and it has a management tag."""
+    try:
+        found = await login(broker, username, password, peer_host, "PLAIN", "admin API")
+    except LoginRefused as refused:
+        if refused.reasons and refused.reasons[0][1] == "loopback-only user":
+            raise login_failed("User can only log in via localhost") from None
+        raise login_failed() from None
+    if not any(t in MANAGEMENT_TAGS for t in found.tags):
         raise login_failed("Not management user")
-    vhosts = {vh for (u, vh) in broker.permissions if u == username}
-    return Principal(username, user.tags, vhosts)
+    if found.authz is None:
+        vhosts = {vh for (u, vh) in broker.permissions if u == found.name}
+    else:
+        vhosts = {vh for vh in broker.vhosts if found.authz.vhost_access(vh)}
+    return Principal(found.name, found.tags, vhosts, found.authz)

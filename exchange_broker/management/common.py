@@ -33,6 +33,8 @@ CONFIGURE, WRITE, READ = permissions.CONFIGURE, permissions.WRITE, permissions.R
 class AdminContext:
     """The admin API's state. ``amqp_server`` (optional) tells connection listings the listener."""
 
+    ui_oauth: dict | None = None  # the web UI's single sign-on settings (GET /api/auth)
+
     def __init__(self, broker: "Broker", amqp_server: Any = None, *,
                  sample_interval: float = DEFAULT_INTERVAL) -> None:
         self.broker = broker
@@ -90,10 +92,11 @@ def from_amqp(err: AMQPError, *, refused_is_auth: bool = True) -> ServiceError:
 class Principal:
     """An authenticated API user: its tags and the vhosts it has permissions in."""
 
-    def __init__(self, name: str, tags: list[str], vhosts: set[str]) -> None:
+    def __init__(self, name: str, tags: list[str], vhosts: set[str], authz=None) -> None:
         self.name = name
         self.tags = list(tags)
         self.vhosts = vhosts
+        self.authz = authz  # an external backend's grants (OAuth 2.0 scopes, LDAP), else None
 
     @property
     def is_admin(self) -> bool:
@@ -163,7 +166,7 @@ def check_resource(broker: "Broker", who: Principal | None, vhost: str, perm: in
     (core/permissions.py decides); a refusal is RabbitMQ's 401 with the AMQP refusal text."""
     if who is None or who.is_admin:
         return
-    if not permissions.allowed(broker, who.name, vhost, kind, name, perm):
+    if not permissions.allowed(broker, who.name, vhost, kind, name, perm, who.authz):
         raise not_authorised(permissions.refused(who.name, vhost, kind, name).text)
 
 

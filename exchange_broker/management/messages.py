@@ -67,8 +67,8 @@ def publish(ctx: AdminContext, vhost: str, exchange: str, body: dict, who: Princ
     routing_key = str_from(body, "routing_key", required=True)
     if len(routing_key.encode("utf-8")) > 255:
         raise bad_request("routing_key is longer than 255 bytes")
-    if who is not None and not who.is_admin and ctx.broker.topic_permissions and \
-            not permissions.topic_allowed(ctx.broker, who.name, vhost, ex, routing_key, WRITE):
+    if who is not None and not who.is_admin and (ctx.broker.topic_permissions or who.authz is not None) and \
+            not permissions.topic_allowed(ctx.broker, who.name, vhost, ex, routing_key, WRITE, who.authz):
         raise not_authorised(permissions.topic_refused(who.name, vhost, ex.name, routing_key).text)
     data = _payload(body)
     raw_props, props = encode_properties(body.get("properties"))

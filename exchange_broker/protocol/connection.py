@@ -5,9 +5,8 @@
 frame is parsed only once the events of the frames before it were handled, and the replies the
 protocol makes itself (open-ok, close-ok) go out after the events that precede them, so every
 reply leaves in the order of the requests however many frames arrive in one read. Replies that
-must wait (a declare-ok until the store has the definition) hold their place
-(``hold``/``fill``, see ``output.py``). Handshake policy (login, vhost access) comes in as two
-callables so this module needs no broker state, no asyncio and no clock.
+must wait (a declare-ok until the store has the definition) hold their place (``hold``/``fill``,
+``output.py``). Handshake policy (login, vhost access) comes in as two callables: no broker state.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ __all__ = ["ServerConnection", "TooLarge"]
 
 _FRAME_HDR = FRAME_HEAD
 
-Authenticate = Callable[[str, bytes], str]          # mechanism, response -> user name, or raise AMQPError
+Authenticate = Callable[[str, bytes], "str | None"]  # -> user name, raise AMQPError, or None: see login_done
 OpenVhost = Callable[[str, str], None]              # user, vhost -> None, or raise AMQPError
 
 _CONN_CLOSE = commands.Connection.Close.index
@@ -185,6 +184,8 @@ class ServerConnection:
             return
         buf = self._buf
         buf += data
+        if self.state == "login":  # the login is being decided: the input waits (see login_done)
+            return
         out: list = []
         batch: list = []  # complete publishes on one channel, not yet handed up
         try:
@@ -270,7 +271,7 @@ class ServerConnection:
                             if type(event) in _REPLYING and event.reply is not None:
                                 self._send_reply(event, event.reply)
                     if not channel:
-                        if self.state == "closed":
+                        if self.state in ("closed", "login"):
                             break
                         payload_max = self._payload_max  # tune-ok sets it
                 if batch:
@@ -438,7 +439,7 @@ class ServerConnection:
             self.state = "opened"
             out.append(ev.Opened(self.user, self.vhost, self.client_properties))
         elif state == "opened" and isinstance(method, commands.Connection.UpdateSecret):
-            self.send_method(0, commands.Connection.UpdateSecretOk())
+            out.append(ev.UpdateSecret(method.new_secret, method.reason or ""))  # the session answers
         elif state == "opened" and isinstance(method, (commands.Connection.Blocked,
                                                        commands.Connection.Unblocked)):
             pass
@@ -457,10 +458,17 @@ class ServerConnection:
         response = method.response
         if isinstance(response, str):
             response = response.encode("utf-8", "surrogateescape")
-        self.user = self._authenticate(mechanism, response)
+        user = self._authenticate(mechanism, response)
+        if user is not None:
+            self.login_done(user)
+        else:  # decided later (a backend asks the network): input waits until login_done or a close
+            self.state = "login"
+
+    def login_done(self, user: str) -> None:
+        """The login allowed ``user``: connection.tune; the caller then feeds what waited (events(b""))."""
+        self.user = user
         self.state = "tune"
-        self.send_method(0, commands.Connection.Tune(self.server_channel_max, self.server_frame_max,
-                                                     self.server_heartbeat))
+        self.send_method(0, commands.Connection.Tune(self.server_channel_max, self.server_frame_max, self.server_heartbeat))
 
     def _tune_ok(self, method) -> None:
         frame_max = method.frame_max or self.server_frame_max

@@ -88,6 +88,15 @@ class Closed:
     abrupt: bool = field(default=False, compare=False)
 
 
+@dataclass(slots=True)
+class UpdateSecret:
+    """connection.update-secret: the session checks the new secret, then answers update-secret-ok
+    (or closes the connection, 530, as RabbitMQ does for a refused secret)."""
+    secret: str | bytes
+    reason: str
+    channel: int = 0
+
+
 # -- events of the client side (``client.py``) ------------------------------------------------------
 
 @dataclass(slots=True)

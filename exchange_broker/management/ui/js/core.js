@@ -22,13 +22,26 @@ EB.setLogin = (auth, user) => {
   sessionStorage.setItem(AUTH_KEY, auth);
   sessionStorage.setItem(USER_KEY, JSON.stringify(user));
 };
+/* Log in with credentials ("Basic" ones, or "Bearer <token>"): /api/whoami decides (user, tags). */
+EB.logIn = async (auth) => {
+  let me;
+  try {
+    me = await EB.api("GET", "/api/whoami", undefined, auth);
+  } catch (err) {
+    throw new Error(err.status === 401 ? "Login failed: " + err.message : err.message);
+  }
+  const tags = Array.isArray(me.tags) ? me.tags : String(me.tags || "").split(",").filter(Boolean);
+  EB.setLogin(auth, { name: me.name, tags });
+};
 EB.clearLogin = () => { sessionStorage.removeItem(AUTH_KEY); sessionStorage.removeItem(USER_KEY); };
 EB.isAdmin = () => { const u = EB.user(); return !!u && u.tags.includes("administrator"); };
 
 /* One API call: the parsed JSON answer, null for 204; an EB.ApiError with the API's reason otherwise. */
 EB.api = async (method, path, body, auth, extraHeaders) => {
   // X-Requested-With: the API then leaves out its Basic challenge (no browser login dialog)
-  const headers = { Authorization: "Basic " + (auth || EB.auth() || ""), "X-Requested-With": "XMLHttpRequest",
+  // a single sign-on login keeps "Bearer <token>"; a password login the Basic credentials ("-": none)
+  const a = auth || EB.auth() || "";
+  const headers = { Authorization: a.startsWith("Bearer ") ? a : "Basic " + a, "X-Requested-With": "XMLHttpRequest",
     ...(extraHeaders || {}) };
   const init = { method, headers, cache: "no-store" };
   if (body !== undefined) {

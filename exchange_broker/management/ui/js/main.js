@@ -1,5 +1,5 @@
 /* Start-up: the login form (checked against /api/whoami, so the broker's users and management
-   tags decide), the header (user, vhost choice, log out) and the first page. */
+   tags decide; single sign-on in sso.js), the header (user, vhost choice, log out) and the first page. */
 "use strict";
 (() => {
   EB.loadVhosts = async () => {
@@ -30,28 +30,26 @@
       { name: "password", label: "Password", type: "password", autocomplete: "current-password" },
     ], async (v) => {
       const auth = EB.encodeBasic(v.username, v.password);
-      let me;
-      try {
-        me = await EB.api("GET", "/api/whoami", undefined, auth);
-      } catch (err) {
-        throw new Error(err.status === 401 ? "Login failed: " + err.message : err.message);
-      }
-      const tags = Array.isArray(me.tags) ? me.tags : String(me.tags || "").split(",").filter(Boolean);
-      EB.setLogin(auth, { name: me.name, tags });
+      await EB.logIn(auth);
       EB.clearMessages();
       await showHeader();
       EB.render();
     }, { class: "", submit: "Log in", title: "Log in" });
-    main.append(EB.h("div", { class: "login card" }, EB.h("h1", {}, "exchange-broker management"),
+    const card = EB.h("div", { class: "login card" }, EB.h("h1", {}, "exchange-broker management"),
       EB.h("p", { class: "muted" }, "Log in with a broker user tagged management, policymaker, monitoring or administrator."),
-      form));
+      form);
+    main.append(card);
     form.elements.username.focus();
+    EB.ssoButton(card);  // single sign-on, when the broker offers it (sso.js)
   };
 
   const start = async () => {
     EB.$("#logout").addEventListener("click", () => { EB.clearLogin(); EB.clearMessages(); location.hash = "#/overview"; EB.render(); });
     EB.$("#vhost-select").addEventListener("change", () => EB.render());
     window.addEventListener("hashchange", () => { EB.render(); EB.$("#main").focus({ preventScroll: true }); });
+    try {
+      if (await EB.ssoCallback()) EB.clearMessages();  // back from the identity provider (sso.js)
+    } catch (err) { EB.fail(err); }
     if (EB.auth()) await showHeader();
     EB.render();
   };
