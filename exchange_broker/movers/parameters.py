@@ -1,0 +1,107 @@
+"""Runtime parameters of the movers (RabbitMQ's ``/api/parameters/{component}``): their values,
+checked, stored (table ``runtime_parameters``) and put to work.
+
+A ``shovel`` parameter is a running shovel (started, replaced, stopped with its parameter); the
+supervisor removes the parameter of a shovel that finished (``delete-after``), as RabbitMQ does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from persistence import parameters_store
+
+from exchange_broker.movers import shovel_config
+from exchange_broker.movers.amqp import LocalBroker
+from exchange_broker.movers.shovel import Shovel
+from exchange_broker.movers.supervisor import Key, Supervisor
+from exchange_broker.movers.validation import ParameterError
+
+log = logging.getLogger("exchange_broker.movers")
+
+SHOVEL = "shovel"
+COMPONENTS = (SHOVEL,)
+
+
+class UnknownComponent(LookupError):
+    pass
+
+
+class Parameters:
+    """The movers' parameters of one broker, and the supervisor running what they describe."""
+
+    def __init__(self, durability, local: LocalBroker, cluster_name: str = "exchange-broker") -> None:
+        self.durability = durability
+        self.local = local
+        self.cluster_name = cluster_name
+        self.values: dict[Key, object] = {}
+        self.supervisor = Supervisor()
+        self.supervisor.on_finished = self._finished
+
+    # -- reading -------------------------------------------------------------------------------
+    def list(self, component: str | None = None, vhost: str | None = None) -> list[dict]:
+        return [self.item(k) for k in sorted(self.values)
+                if (component is None or k[0] == component) and (vhost is None or k[1] == vhost)]
+
+    def item(self, key: Key) -> dict:
+        component, vhost, name = key
+        return {"value": self.values[key], "vhost": vhost, "component": component, "name": name}
+
+    # -- changing ------------------------------------------------------------------------------
+    @staticmethod
+    def check(component: str, name: str, value) -> object:
+        """The parsed value (ParameterError / UnknownComponent otherwise)."""
+        if component == SHOVEL:
+            return shovel_config.parse(name, value)
+        raise UnknownComponent(component)
+
+    def put(self, component: str, vhost: str, name: str, value, *, store: bool = True) -> bool:
+        """Set a parameter (True: it is new) and start what it describes."""
+        parsed = self.check(component, name, value)
+        key = (component, vhost, name)
+        new = key not in self.values
+        self.values[key] = value
+        if store:
+            text = json.dumps(value)
+            self.durability.write(lambda s: parameters_store.put_parameter(s, component, vhost, name, text))
+        self._start(key, parsed)
+        return new
+
+    def delete(self, component: str, vhost: str, name: str) -> bool:
+        key = (component, vhost, name)
+        if self.values.pop(key, None) is None:
+            return False
+        self.durability.write(lambda s: parameters_store.delete_parameter(s, component, vhost, name))
+        self.supervisor.stop(key)
+        return True
+
+    def vhost_deleted(self, vhost: str) -> None:
+        for key in [k for k in self.values if k[1] == vhost]:
+            self.delete(*key)
+
+    def _start(self, key: Key, parsed) -> None:
+        if key[0] == SHOVEL:
+            self.supervisor.start(key, Shovel(key[1], key[2], parsed, self.local, self.cluster_name))
+
+    def _finished(self, key: Key) -> None:
+        if key in self.values:
+            self.delete(*key)
+
+    # -- start-up and shut-down ------------------------------------------------------------------
+    def restore(self, rows: list[dict], vhosts) -> int:
+        """Stored parameters back (``parameters_store.load_parameters``); the unreadable skipped."""
+        n = 0
+        for row in rows:
+            if row["component"] not in COMPONENTS or row["vhost"] not in vhosts:
+                continue
+            try:
+                self.put(row["component"], row["vhost"], row["name"], row["value"], store=False)
+                n += 1
+            except ParameterError as err:
+                log.warning("stored %s parameter '%s' in vhost '%s' skipped: %s", row["component"],
+                            row["name"], row["vhost"], str(err).strip())
+        return n
+
+    async def close(self) -> None:
+        await self.supervisor.close()

@@ -1,0 +1,31 @@
+"""Putting the movers to work in a running broker (the application calls :func:`start_movers`
+once the AMQP listener is up, and ``close()`` on what it returns before stopping)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+from exchange_broker.movers.amqp import LocalBroker
+from exchange_broker.movers.parameters import Parameters
+
+MOVERS_USER = "exchange-broker-movers"  # the internal login of ``amqp://`` (this broker) URIs
+
+
+def loopback_host(listen_host: str) -> str:
+    return "127.0.0.1" if listen_host in ("", "0.0.0.0") else "::1" if listen_host == "::" else listen_host
+
+
+async def start_movers(broker, store, listen_host: str, port: int) -> Parameters:
+    """The movers' parameters, restored from the store (``store`` None: in memory) and started.
+    ``amqp://`` URIs reach this broker on ``port`` with the broker's internal login (the cluster
+    links' one when there is one, else a random secret made here)."""
+    if broker.link_login is None:
+        broker.link_login = (MOVERS_USER, secrets.token_urlsafe(24))
+    user, password = broker.link_login
+    params = Parameters(broker.durability, LocalBroker(loopback_host(listen_host), port, user, password))
+    if store is not None:
+        from persistence.parameters_store import load_parameters
+        rows = await asyncio.get_running_loop().run_in_executor(None, load_parameters, store)
+        params.restore(rows, broker.vhosts)
+    return params
