@@ -24,12 +24,14 @@ from exchange_broker.movers.shovel_config import ShovelConfig
 from exchange_broker.movers.supervisor import Status
 from exchange_broker.protocol import codec
 
+DRAIN_TIMEOUT = 5.0  # seconds a stopping shovel waits for its last confirms
 PROPERTY_NAMES = {"type": "message_type"}  # RabbitMQ's name -> pamqp's, where they differ
 
 
 def _set_failed(fut: asyncio.Future, exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)
+        fut.exception()  # retrieved: a future nobody awaits any more is not reported
 
 
 class Shovel:
@@ -126,10 +128,25 @@ class Shovel:
 
         prefetch = c.prefetch if self.remaining is None else max(1, min(c.prefetch or self.remaining,
                                                                         self.remaining))
-        await src_ch.consume(queue, on_delivery, prefetch=prefetch, no_ack=c.ack_mode == "no-ack",
-                             on_cancel=on_cancel, arguments={})
+        tag = await src_ch.consume(queue, on_delivery, prefetch=prefetch, no_ack=c.ack_mode == "no-ack",
+                                   on_cancel=on_cancel, arguments={})
         status.running()
-        await done  # raises the failure; returns once delete-after is reached
+        try:
+            await done  # raises the failure; returns once delete-after is reached
+        except asyncio.CancelledError:  # stopped (deleted, restarted, broker shutting down)
+            await self._drain(src_ch, tag, done)
+            raise
+
+    async def _drain(self, src_ch, tag: str, done: asyncio.Future) -> None:
+        """Stop consuming and let what was published be confirmed and acked (up to DRAIN_TIMEOUT
+        s): a planned stop sends nothing twice."""
+        try:
+            await asyncio.wait_for(src_ch.cancel(tag), DRAIN_TIMEOUT)
+            deadline = time.monotonic() + DRAIN_TIMEOUT
+            while self.pending > 0 and not done.done() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        except (LinkError, asyncio.TimeoutError):
+            pass
 
     def _moved(self, done: asyncio.Future) -> None:
         self.forwarded += 1

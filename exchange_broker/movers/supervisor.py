@@ -57,7 +57,8 @@ class _Entry:
     def _running_again(self) -> None:
         if self.failing:  # the end of a failure episode (its start was a warning)
             self.failing = False
-            log.info("%s '%s' in vhost '%s': running again", *self.key)
+            kind, vhost, name = self.key
+            log.info("%s '%s' in vhost '%s': running again", kind, name, vhost)
 
 
 class Supervisor:
