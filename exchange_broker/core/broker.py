@@ -72,6 +72,7 @@ class Broker:
         # (name, password) of the user the nodes of a cluster log in to each other as: never stored,
         # not listed, and allowed everything in every vhost (None: not a cluster node)
         self.link_login: tuple[str, str] | None = None
+        self.cluster_name = "exchange-broker"  # RabbitMQ's cluster_name (--cluster-name; movers/start.py)
         # a cluster with per-queue leaders: transient and exclusive queues, transient exchanges and
         # their bindings are stored too (the other nodes route to them; they die with their node)
         self.definitions_shared = False
@@ -95,7 +96,7 @@ class Broker:
             "platform": f"Python {platform.python_version()}",
             "copyright": "exchange-broker developers",
             "information": "A RabbitMQ-compatible AMQP 0-9-1 broker",
-            "cluster_name": "exchange-broker",
+            "cluster_name": self.cluster_name,
             "capabilities": dict(CAPABILITIES),
         }
 

@@ -9,10 +9,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exchange_broker.cluster.link import Delivery, Link, LinkChannel, LinkError
+from pamqp import commands
+
+from exchange_broker.cluster.link import Delivery, LinkChannel, LinkError
+from exchange_broker.cluster.link import Link as _Link
 from exchange_broker.movers.uris import Endpoint
 
 __all__ = ["Delivery", "Link", "LinkChannel", "LinkError", "LocalBroker", "connect"]
+
+
+class Link(_Link):
+    """The client's connection, keeping the server's ``cluster_name`` (federation records it in
+    ``x-received-from``)."""
+
+    cluster_name = ""
+
+    async def _expect(self, kind):
+        got = await super()._expect(kind)
+        if kind is commands.Connection.Start:
+            name = (got.server_properties or {}).get("cluster_name", "")
+            self.cluster_name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+        return got
 
 
 @dataclass

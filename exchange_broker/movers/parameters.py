@@ -12,7 +12,8 @@ import logging
 
 from persistence import parameters_store
 
-from exchange_broker.movers import shovel_config
+from exchange_broker.movers import federation_config, shovel_config
+from exchange_broker.movers.federation import UPSTREAM, UPSTREAM_SET, Federation
 from exchange_broker.movers.amqp import LocalBroker
 from exchange_broker.movers.shovel import Shovel
 from exchange_broker.movers.supervisor import Key, Supervisor
@@ -21,7 +22,7 @@ from exchange_broker.movers.validation import ParameterError
 log = logging.getLogger("exchange_broker.movers")
 
 SHOVEL = "shovel"
-COMPONENTS = (SHOVEL,)
+COMPONENTS = (SHOVEL, UPSTREAM, UPSTREAM_SET)
 
 
 class UnknownComponent(LookupError):
@@ -31,13 +32,14 @@ class UnknownComponent(LookupError):
 class Parameters:
     """The movers' parameters of one broker, and the supervisor running what they describe."""
 
-    def __init__(self, durability, local: LocalBroker, cluster_name: str = "exchange-broker") -> None:
-        self.durability = durability
+    def __init__(self, broker, local: LocalBroker) -> None:
+        self.broker = broker
+        self.durability = broker.durability
         self.local = local
-        self.cluster_name = cluster_name
         self.values: dict[Key, object] = {}
         self.supervisor = Supervisor()
         self.supervisor.on_finished = self._finished
+        self.federation = Federation(self)  # links follow the policies and these parameters
 
     # -- reading -------------------------------------------------------------------------------
     def list(self, component: str | None = None, vhost: str | None = None) -> list[dict]:
@@ -54,6 +56,10 @@ class Parameters:
         """The parsed value (ParameterError / UnknownComponent otherwise)."""
         if component == SHOVEL:
             return shovel_config.parse(name, value)
+        if component == UPSTREAM:
+            return federation_config.parse_upstream(name, value)
+        if component == UPSTREAM_SET:
+            return federation_config.parse_set(name, value)
         raise UnknownComponent(component)
 
     def put(self, component: str, vhost: str, name: str, value, *, store: bool = True) -> bool:
@@ -82,7 +88,9 @@ class Parameters:
 
     def _start(self, key: Key, parsed) -> None:
         if key[0] == SHOVEL:
-            self.supervisor.start(key, Shovel(key[1], key[2], parsed, self.local, self.cluster_name))
+            self.supervisor.start(key, Shovel(key[1], key[2], parsed, self.local, self.broker.cluster_name))
+        else:
+            self.federation.start()
 
     def _finished(self, key: Key) -> None:
         if key in self.values:
@@ -104,4 +112,5 @@ class Parameters:
         return n
 
     async def close(self) -> None:
+        await self.federation.close()
         await self.supervisor.close()

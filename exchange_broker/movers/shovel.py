@@ -11,27 +11,20 @@ ends the shovel once that many were moved; its parameter is then removed, as Rab
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import time
 
 from pamqp import commands
 
 from exchange_broker.movers import uris
-from exchange_broker.movers.amqp import Delivery, LinkError, LocalBroker
+from exchange_broker.movers.amqp import Delivery, LocalBroker
+from exchange_broker.movers.forwarding import Forwarding
 from exchange_broker.movers.endpoints import check_exchange, close_quietly, ensure_queue, open_first
 from exchange_broker.movers.shovel_config import ShovelConfig
 from exchange_broker.movers.supervisor import Status
 from exchange_broker.protocol import codec
 
-DRAIN_TIMEOUT = 5.0  # seconds a stopping shovel waits for its last confirms
 PROPERTY_NAMES = {"type": "message_type"}  # RabbitMQ's name -> pamqp's, where they differ
-
-
-def _set_failed(fut: asyncio.Future, exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
-        fut.exception()  # retrieved: a future nobody awaits any more is not reported
 
 
 class Shovel:
@@ -40,10 +33,10 @@ class Shovel:
         self.vhost, self.name, self.config, self.local = vhost, name, config, local
         self.cluster_name = cluster_name
         self.reconnect_delay = config.reconnect_delay
-        self.forwarded = 0      # confirmed (or published, without confirms) since the shovel began
-        self.pending = 0        # published, waiting for the destination's confirm
+        self.moving = Forwarding(config.ack_mode, config.prefetch)  # counters: forwarded, pending
         self.remaining: int | None = None  # delete-after: messages left to move
         self.src_uri = self.dest_uri = ""
+        self._start: int | None = None  # forwarded when the current episode began
 
     # -- one connection episode ------------------------------------------------------------------
     async def run(self, status: Status) -> None:
@@ -54,7 +47,6 @@ class Shovel:
             dest, self.dest_uri = await open_first(c.dest_uris, self.vhost, self.local, f"Shovel {self.name}")
             await self._move(src, dest, status)
         finally:
-            self.pending = 0
             await close_quietly(src)  # first: what it did not ack goes back to its queue
             await close_quietly(dest)
 
@@ -75,85 +67,21 @@ class Shovel:
         if self.remaining == 0:
             return
         dest_ch = await dest.channel()
-        confirming = c.ack_mode == "on-confirm"
-        if confirming:
-            await dest_ch.confirm_select()
         src_ch = await src.channel()
         if c.src_queue is None:
             ok = await src_ch.call(commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk)
             queue = ok.queue
             await src_ch.call(commands.Queue.Bind(queue=queue, exchange=c.src_exchange,
                                                   routing_key=c.src_exchange_key), commands.Queue.BindOk)
-        done = asyncio.get_running_loop().create_future()
-        src.on_lost.append(lambda exc: _set_failed(done, exc))
-        dest.on_lost.append(lambda exc: _set_failed(done, exc))
-        taken, limit = 0, self.remaining  # deliveries published in this episode (delete-after: up to limit)
-
-        def settled(fut: asyncio.Future, tag: int) -> None:
-            if fut.cancelled() or fut.exception() is not None:
-                _set_failed(done, fut.exception() or LinkError("publish cancelled"))
-                return
-            self.pending -= 1
-            try:
-                if fut.result():
-                    src_ch.ack(tag)
-                    self._moved(done)
-                else:
-                    src_ch.nack(tag, requeue=True)
-            except LinkError as exc:
-                _set_failed(done, exc)
-
-        def on_delivery(d: Delivery) -> None:
-            nonlocal taken
-            if done.done() or (limit is not None and taken >= limit):
-                return  # not published, not acked: the source has it again once we close
-            taken += 1
-            exchange, key = self._target(d)
-            try:
-                fut = dest_ch.publish(exchange, key, self._properties(d.properties), d.body)
-                if confirming:
-                    self.pending += 1
-                    fut.add_done_callback(lambda f, tag=d.delivery_tag: settled(f, tag))
-                    return
-                if c.ack_mode == "on-publish":
-                    src_ch.ack(d.delivery_tag)
-            except LinkError as exc:
-                _set_failed(done, exc)
-                return
-            self._moved(done)
-
-        def on_cancel(_tag: str, error) -> None:
-            _set_failed(done, error or LinkError("the source cancelled the shovel's consumer "
-                                                 "(its queue was deleted?)"))
-
-        prefetch = c.prefetch if self.remaining is None else max(1, min(c.prefetch or self.remaining,
-                                                                        self.remaining))
-        tag = await src_ch.consume(queue, on_delivery, prefetch=prefetch, no_ack=c.ack_mode == "no-ack",
-                                   on_cancel=on_cancel, arguments={})
-        status.running()
+        before = self._start = self.moving.forwarded
         try:
-            await done  # raises the failure; returns once delete-after is reached
-        except asyncio.CancelledError:  # stopped (deleted, restarted, broker shutting down)
-            await self._drain(src_ch, tag, done)
-            raise
-
-    async def _drain(self, src_ch, tag: str, done: asyncio.Future) -> None:
-        """Stop consuming and let what was published be confirmed and acked (up to DRAIN_TIMEOUT
-        s): a planned stop sends nothing twice."""
-        try:
-            await asyncio.wait_for(src_ch.cancel(tag), DRAIN_TIMEOUT)
-            deadline = time.monotonic() + DRAIN_TIMEOUT
-            while self.pending > 0 and not done.done() and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-        except (LinkError, asyncio.TimeoutError):
-            pass
-
-    def _moved(self, done: asyncio.Future) -> None:
-        self.forwarded += 1
-        if self.remaining is not None:
-            self.remaining -= 1
-            if self.remaining <= 0 and not done.done():
-                done.set_result(None)
+            await self.moving.run(src, dest, src_ch, dest_ch, queue, target=self._target,
+                                  properties=lambda d: self._properties(d.properties),
+                                  on_running=status.running, limit=self.remaining)
+        finally:
+            if self.remaining is not None:
+                self.remaining -= self.moving.forwarded - before
+            self._start = None
 
     # -- what is published ----------------------------------------------------------------------
     def _target(self, d: Delivery) -> tuple[str, str]:
@@ -194,7 +122,7 @@ class Shovel:
         out = {"src_protocol": "amqp091", "dest_protocol": "amqp091",
                "src_uri": uris.redact(self.src_uri or c.src_uris[0]),
                "dest_uri": uris.redact(self.dest_uri or c.dest_uris[0]),
-               "ack_mode": c.ack_mode, "forwarded": self.forwarded, "pending": self.pending}
+               "ack_mode": c.ack_mode, "forwarded": self.moving.forwarded, "pending": self.moving.pending}
         if c.src_queue is not None:
             out["src_queue"] = c.src_queue
         else:
@@ -206,5 +134,5 @@ class Shovel:
             if c.dest_exchange_key is not None:
                 out["dest_exchange_key"] = c.dest_exchange_key
         if self.remaining is not None:
-            out["remaining"] = self.remaining
+            out["remaining"] = self.remaining - (self.moving.forwarded - self._start if self._start is not None else 0)
         return out

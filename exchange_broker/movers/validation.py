@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from exchange_broker.core.policy_defs import erl
 from exchange_broker.movers import uris
 
 
@@ -13,21 +14,6 @@ class ParameterError(ValueError):
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self.reason = f"Validation failed\n\n{text}\n"
-
-
-def erl(value) -> str:
-    """A JSON value as Erlang's ``~p`` prints what RabbitMQ decoded it to."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return '<<"' + value.replace('"', '\\"') + '">>'
-    if isinstance(value, list):
-        return "[" + ",".join(erl(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "[" + ",".join(f"{{{erl(k)},{erl(v)}}}" for k, v in value.items()) + "]"
-    return str(value)
 
 
 def number(name: str, v) -> None:
@@ -82,6 +68,6 @@ def proplist(name: str, rules: dict, value) -> None:
             check(key, value[key])
         elif mandatory:
             raise ParameterError(f'Key "{key}" not found in {name}')
-    unknown = {k: v for k, v in value.items() if k not in rules}
+    unknown = {k: v for k, v in value.items() if k not in rules}  # printed as a proplist
     if unknown:
-        raise ParameterError(f"Unrecognised terms {erl(unknown)} in {name}")
+        raise ParameterError(f"Unrecognised terms {erl(list(unknown.items()))} in {name}")

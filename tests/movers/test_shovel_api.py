@@ -11,35 +11,10 @@ import pytest
 from admin_helpers import Api
 
 from eb_support import close_quietly, pika_connect, uniq, wait_until
+from mover_support import depth, publish
 from exchange_broker.testing import ThreadedBroker
 
 SHOVEL = "/api/parameters/shovel/%2F/"
-
-
-def depth(port: int, queue: str) -> int:
-    """The queue's message count; -1 while it does not exist."""
-    import pika
-    conn = pika_connect(port)
-    try:
-        return conn.channel().queue_declare(queue, passive=True).method.message_count
-    except pika.exceptions.ChannelClosedByBroker:
-        return -1
-    finally:
-        close_quietly(conn)
-
-
-def publish(port: int, queue: str, n: int, *, declare: bool = True) -> None:
-    import pika
-    conn = pika_connect(port)
-    try:
-        ch = conn.channel()
-        if declare:
-            ch.queue_declare(queue, durable=True)
-        ch.confirm_delivery()
-        for i in range(n):
-            ch.basic_publish("", queue, f"m{i}".encode(), pika.BasicProperties(message_id=str(i), delivery_mode=2))
-    finally:
-        close_quietly(conn)
 
 
 def status(api: Api, name: str) -> dict:

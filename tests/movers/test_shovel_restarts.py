@@ -15,6 +15,7 @@ import pytest
 from admin_helpers import Api
 
 from eb_support import SubprocessBroker, close_quietly, pika_connect, steady_port, subprocess_env, wait_until
+from mover_support import depth, publish
 
 N = 5000
 PREFETCH = 100
@@ -34,31 +35,6 @@ def pair(workdir):
         for p in (a, b):
             p.kill()
             print(f"----- {p.log_path} -----\n{p.log()[-5000:]}")
-
-
-def publish(port: int, queue: str, n: int) -> None:
-    conn = pika_connect(port)
-    try:
-        ch = conn.channel()
-        ch.queue_declare(queue, durable=True)
-        ch.confirm_delivery()
-        for i in range(n):
-            ch.basic_publish("", queue, b"x" * 100, pika.BasicProperties(message_id=str(i), delivery_mode=2))
-    finally:
-        close_quietly(conn)
-
-
-def depth(port: int, queue: str) -> int:
-    try:
-        conn = pika_connect(port)
-    except pika.exceptions.AMQPConnectionError:
-        return -1  # restarting
-    try:
-        return conn.channel().queue_declare(queue, passive=True).method.message_count
-    except pika.exceptions.ChannelClosedByBroker:
-        return -1
-    finally:
-        close_quietly(conn)
 
 
 def drain_ids(port: int, queue: str) -> Counter:
@@ -94,13 +70,13 @@ def test_5000_each_way_while_the_destination_restarts(pair):
     a, b = pair
     api = Api(a.admin_url)
     # a -> b; b restarts midway
-    publish(a.port, "out", N)
+    publish(a.port, "out", N, size=100)
     value = {"src-uri": "amqp://", "src-queue": "out", "dest-uri": f"amqp://guest:guest@127.0.0.1:{b.port}",
              "dest-queue": "in", "prefetch-count": PREFETCH, "reconnect-delay": 0.5}
     assert api.put("/api/parameters/shovel/%2F/push", {"value": value})[0] == 201
     assert wait_until(lambda: depth(b.port, "in") >= N // 3, 60)
     restart(b)
-    assert wait_until(lambda: depth(a.port, "out") == 0, 120), api.get("/api/shovels")
+    assert wait_until(lambda: depth(a.port, "out") == 0, 120), api.get("/api/shovels")[1]
     assert wait_until(lambda: api.get("/api/shovels/vhost/%2F/push")[1]["state"] == "running", 30)
     push_dups = check_all_moved(drain_ids(b.port, "in"))
     episode = [ln for ln in a.log().splitlines() if "shovel 'push'" in ln]
@@ -108,7 +84,7 @@ def test_5000_each_way_while_the_destination_restarts(pair):
     assert api.delete("/api/parameters/shovel/%2F/push")[0] == 204
     # b -> a (the shovel pulls from the remote broker); a, the destination and the shovel's own
     # broker, restarts midway: the shovel comes back from a's store and carries on
-    publish(b.port, "back", N)
+    publish(b.port, "back", N, size=100)
     value = {"src-uri": f"amqp://guest:guest@127.0.0.1:{b.port}", "src-queue": "back", "dest-uri": "amqp://",
              "dest-queue": "home", "prefetch-count": PREFETCH, "reconnect-delay": 0.5}
     assert api.put("/api/parameters/shovel/%2F/pull", {"value": value})[0] == 201
