@@ -69,7 +69,7 @@ def test_parameters_are_checked(here):
     assert here.api.put("/api/parameters/federation-upstream-set/%2F/s", {"value": [{"upstream": "a"}]})[0] == 201
 
 
-def test_exchange_federation_follows_bindings(here, upstream):
+def test_exchange_federation_follows_bindings(upstream, here):
     conn = pika_connect(here.port)
     try:
         ch = conn.channel()
@@ -106,7 +106,7 @@ def test_exchange_federation_follows_bindings(here, upstream):
         close_quietly(conn)
 
 
-def test_a_cycle_delivers_each_message_once(here, upstream):
+def test_a_cycle_delivers_each_message_once(upstream, here):
     for a, b in ((here, upstream), (upstream, here)):
         conn = pika_connect(a.port)
         ch = conn.channel()
@@ -127,7 +127,7 @@ def test_a_cycle_delivers_each_message_once(here, upstream):
     assert depth(here.port, "seen") == 15 and depth(upstream.port, "seen") == 15
 
 
-def test_queue_federation_pulls_for_local_consumers(here, upstream):
+def test_queue_federation_pulls_for_local_consumers(upstream, here):
     conn = pika_connect(upstream.port)
     ch = conn.channel()
     ch.queue_declare("work", durable=True)

@@ -65,7 +65,7 @@ def test_other_bad_requests(here):
     assert here.api.delete("/api/shovels/vhost/%2F/missing/restart")[0] == 404
 
 
-def test_shovel_moves_queue_to_remote_queue_with_confirms(here, there):
+def test_shovel_moves_queue_to_remote_queue_with_confirms(there, here):
     publish(here.port, "outbox", 300)
     value = {"src-uri": "amqp://", "src-queue": "outbox", "dest-uri": f"amqp://guest:guest@127.0.0.1:{there.port}",
              "dest-queue": "inbox", "dest-add-forward-headers": True, "prefetch-count": 50}
@@ -135,7 +135,7 @@ def test_delete_after_queue_length_moves_what_was_there_then_goes(here):
     assert here.api.ok("GET", "/api/shovels") == []
 
 
-def test_refusing_destination_is_a_state_not_a_crash_loop(here, there, caplog):
+def test_refusing_destination_is_a_state_not_a_crash_loop(there, here, caplog):
     publish(here.port, "held", 20)
     bad = f"amqp://guest:wrong@127.0.0.1:{there.port}"
     value = {"src-uri": "amqp://", "src-queue": "held", "dest-uri": bad, "dest-queue": "x", "reconnect-delay": 0.1}
@@ -162,7 +162,7 @@ def test_refusing_destination_is_a_state_not_a_crash_loop(here, there, caplog):
         wait_state(here.api, "refused", "running")
 
 
-def test_uri_list_tried_in_turn_and_restart(here, there):
+def test_uri_list_tried_in_turn_and_restart(there, here):
     publish(here.port, "multi", 5)
     value = {"src-uri": "amqp://", "src-queue": "multi", "dest-queue": "multi",
              "dest-uri": ["amqp://guest:guest@127.0.0.1:1", f"amqp://guest:guest@127.0.0.1:{there.port}"]}
