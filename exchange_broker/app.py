@@ -230,7 +230,8 @@ class Application:
         await self.server.start()
         from exchange_broker.movers.start import start_movers
         self.movers = await start_movers(self.broker, self.store, config.host, self.server.port,
-                                          config.cluster_name)
+                                          config.cluster_name, self.cluster if config.cluster_mode == "leaders"
+                                          and config.cluster else None)
         self.admin = await start_admin(config, self.broker, self.server)
         if self.admin is not None:
             self.admin.context.movers = self.movers  # shovels and runtime parameters

@@ -82,7 +82,7 @@ class Federation:
 
     def scan(self) -> None:
         sup, p = self.params.supervisor, self.params
-        wanted = self.wanted()
+        wanted = {k: v for k, v in self.wanted().items() if p.mine(k)}  # in a cluster: those placed here
         for key, _mover, _status in sup.entries():
             if key[0] in (EXCHANGE_LINK, QUEUE_LINK) and key not in wanted:
                 sup.stop(key)

@@ -7,6 +7,7 @@ supervisor removes the parameter of a shovel that finished (``delete-after``), a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -40,6 +41,12 @@ class Parameters:
         self.supervisor = Supervisor()
         self.supervisor.on_finished = self._finished
         self.federation = Federation(self)  # links follow the policies and these parameters
+        self.placement = None  # movers.placement.Placement in a cluster with per-queue leaders
+        self._follow: asyncio.Task | None = None
+
+    def mine(self, key: Key) -> bool:
+        """This node runs the mover of ``key`` (always, outside a cluster)."""
+        return self.placement is None or self.placement.mine(key)
 
     # -- reading -------------------------------------------------------------------------------
     def list(self, component: str | None = None, vhost: str | None = None) -> list[dict]:
@@ -88,6 +95,9 @@ class Parameters:
 
     def _start(self, key: Key, parsed) -> None:
         if key[0] == SHOVEL:
+            if not self.mine(key):
+                self.supervisor.stop(key)  # another node runs it
+                return
             self.supervisor.start(key, Shovel(key[1], key[2], parsed, self.local, self.broker.cluster_name))
         else:
             self.federation.start()
@@ -111,6 +121,39 @@ class Parameters:
                             row["name"], row["vhost"], str(err).strip())
         return n
 
+    def reconcile(self, rows: list[dict]) -> None:
+        """Stored parameters (another node's puts and deletes) into this node, not stored again."""
+        stored = {(r["component"], r["vhost"], r["name"]): r["value"] for r in rows if r["component"] in COMPONENTS}
+        for key in [k for k in self.values if k not in stored]:
+            del self.values[key]
+            self.supervisor.stop(key)
+        for key, value in stored.items():
+            if self.values.get(key) != value and key[1] in self.broker.vhosts:
+                try:
+                    self.put(*key, value, store=False)
+                except ParameterError:
+                    pass
+
+    def place(self) -> None:
+        """Start the shovels placed on this node that do not run; stop those placed elsewhere."""
+        for key in self.values:
+            if key[0] != SHOVEL:
+                continue
+            running = self.supervisor.get(key) is not None
+            if self.mine(key) and not running:
+                self._start(key, self.check(SHOVEL, key[2], self.values[key]))
+            elif running and not self.mine(key):
+                self.supervisor.stop(key)
+
+    def follow_store(self, store, placement) -> None:
+        """In a cluster: run only the movers placed here, following the shared store."""
+        from exchange_broker.movers.placement import follow
+        self.placement = placement
+        self._follow = asyncio.get_running_loop().create_task(
+            follow(self, store, parameters_store.load_parameters), name="movers-follow")
+
     async def close(self) -> None:
+        if self._follow is not None:
+            self._follow.cancel()
         await self.federation.close()
         await self.supervisor.close()

@@ -17,8 +17,10 @@ def loopback_host(listen_host: str) -> str:
     return "127.0.0.1" if listen_host in ("", "0.0.0.0") else "::1" if listen_host == "::" else listen_host
 
 
-async def start_movers(broker, store, listen_host: str, port: int, cluster_name: str = "") -> Parameters:
-    """The movers' parameters, restored from the store (``store`` None: in memory) and started.
+async def start_movers(broker, store, listen_host: str, port: int, cluster_name: str = "",
+                       cluster=None) -> Parameters:
+    """The movers' parameters, restored from the store (``store`` None: in memory) and started;
+    ``cluster`` (a node with per-queue leaders: ``name``, ``members``) places each on one node.
     ``amqp://`` URIs reach this broker on ``port`` with the broker's internal login (the cluster
     links' one when there is one, else a random secret made here)."""
     # federation's cycle detection needs a name of its own for each broker
@@ -30,5 +32,8 @@ async def start_movers(broker, store, listen_host: str, port: int, cluster_name:
     if store is not None:
         from persistence.parameters_store import load_parameters
         rows = await asyncio.get_running_loop().run_in_executor(None, load_parameters, store)
+        if cluster is not None:  # per-queue leaders: each mover on one live node
+            from exchange_broker.movers.placement import Placement
+            params.follow_store(store, Placement(cluster.name, lambda: cluster.members))
         params.restore(rows, broker.vhosts)
     return params
