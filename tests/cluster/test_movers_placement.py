@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "movers"))
 from admin_helpers import Api  # noqa: E402
 from mover_support import depth, publish  # noqa: E402
 
-LEADERS = ("--cluster-mode", "leaders")
+# longer beats than cluster_support's: a loaded machine must not evict the surviving node
+LEADERS = ("--cluster-mode", "leaders", "--cluster-heartbeat", "0.5", "--cluster-failover-timeout", "6")
 N, PREFETCH = 2000, 50
 
 pytestmark = pytest.mark.slow
