@@ -190,6 +190,7 @@ class Application:
         self.should_exit = asyncio.Event()
         self._stopped = False
         self.cluster = None  # exchange_broker.cluster.node.ClusterNode with --cluster
+        self.movers = None  # exchange_broker.movers.parameters.Parameters: shovels
         self.forwarders: list = []  # a cluster standby's listeners, passing clients to the active node
         self.exit_code = 0
 
@@ -238,7 +239,13 @@ class Application:
             await self.cluster.renew()  # recovery took a while: the lease runs from now again
             self.server.guard = self.cluster.guard
         await self.server.start()
+        from exchange_broker.movers.start import start_movers
+        self.movers = await start_movers(self.broker, self.store, config.host, self.server.port,
+                                          config.cluster_name, self.cluster if config.cluster_mode == "leaders"
+                                          and config.cluster else None)
         self.admin = await start_admin(config, self.broker, self.server)
+        if self.admin is not None:
+            self.admin.context.movers = self.movers  # shovels and runtime parameters
         if config.port_file and (not config.cluster or config.cluster_mode == "leaders"):
             # an active/standby node wrote it when it began to listen
             with open(config.port_file, "w") as fh:
@@ -374,6 +381,8 @@ class Application:
         await self._stop_forwarding()
         if self.admin is not None:
             await self.admin.stop()
+        if self.movers is not None:
+            await self.movers.close()
         if self.server is not None:
             await self.server.stop()
         if self.durability is not None:

@@ -118,6 +118,9 @@ class Config:
     stats_sample_interval: float = setting(
         5.0, "seconds between the admin API's statistics samples (rates, the UI's charts); "
              "10 minutes of samples are kept", group="admin API")
+    cluster_name: str = setting("", "this broker's name (RabbitMQ's cluster_name): sent to clients, and what "
+                                "federation (x-received-from) and shovels (x-shovelled) record",
+                                group="listeners", default_text="exchange-broker@HOST:PORT")
     log_level: str = setting("INFO", "logging level (DEBUG, INFO, WARNING, ERROR)", group="logging",
                              commands=(SERVE, DB, CLUSTER))
     # -- cluster ----------------------------------------------------------------------------------------

@@ -89,12 +89,15 @@ class ThreadedBroker:
         await self.server.start()
         if self._admin_port is not None:
             from exchange_broker.management.server import AdminServer
+            from exchange_broker.movers.start import start_movers
             self.admin = AdminServer(self.broker, self.server.host, self._admin_port, amqp_server=self.server)
             await self.admin.start()
+            self.admin.context.movers = await start_movers(self.broker, None, self.server.host, self.server.port)
         self._ready.set()
         await self._stopped.wait()
         if self.admin is not None:
             await self.admin.stop()
+            await self.admin.context.movers.close()
         await self.server.stop(grace=2.0)
 
     def start(self) -> "ThreadedBroker":

@@ -173,6 +173,17 @@ class Policy(Base):
     value_json: Mapped[str] = mapped_column(Text, nullable=False)
 
 
+class RuntimeParameter(Base):
+    """A runtime parameter (RabbitMQ's component / vhost / name / value): shovels
+    (``shovel``), federation upstreams and upstream sets. ``value_json`` is the value as JSON."""
+
+    __tablename__ = "runtime_parameters"
+    component: Mapped[str] = mapped_column(String(64), primary_key=True)
+    vhost: Mapped[str] = mapped_column(String, primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    value_json: Mapped[str] = mapped_column(Text, nullable=False)
+
+
 class VHostLimit(Base):
     """A vhost limit (``max-connections``, ``max-queues``); a negative value means no limit."""
 
@@ -252,6 +263,7 @@ stream_offsets = StreamOffset.__table__
 stream_chunks = StreamChunk.__table__
 delayed_messages = DelayedMessage.__table__
 policies = Policy.__table__
+runtime_parameters = RuntimeParameter.__table__
 vhost_limits = VHostLimit.__table__
 user_limits = UserLimit.__table__
 topic_permissions = TopicPermission.__table__

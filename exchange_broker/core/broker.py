@@ -70,10 +70,11 @@ class Broker:
         self.alarms: dict[str, str] = {}  # resource alarms in force: name -> detail
         self.reply_to = ReplyTo()
         self.loopback_users = set(loopback_users)
-        # (name, password) of the user the nodes of a cluster log in to each other as: never stored,
-        # not listed, and allowed everything in every vhost (None: not a cluster node)
+        # (name, password) of the internal user cluster nodes and movers (shovels, federation) log in
+        # as: never stored, not listed, allowed everything in every vhost (None: no such user yet)
         self.link_login: tuple[str, str] | None = None
         self.auth = AuthChain([InternalBackend(self)])  # app.py sets --auth-backends' chain
+        self.cluster_name = "exchange-broker"  # RabbitMQ's cluster_name (--cluster-name; movers/start.py)
         # a cluster with per-queue leaders: transient and exclusive queues, transient exchanges and
         # their bindings are stored too (the other nodes route to them; they die with their node)
         self.definitions_shared = False
@@ -97,7 +98,7 @@ class Broker:
             "platform": f"Python {platform.python_version()}",
             "copyright": "exchange-broker developers",
             "information": "A RabbitMQ-compatible AMQP 0-9-1 broker",
-            "cluster_name": "exchange-broker",
+            "cluster_name": self.cluster_name,
             "capabilities": dict(CAPABILITIES),
         }
 

@@ -179,6 +179,8 @@ KEY_CHECKS: dict[str, Callable[[Any], str | None]] = {
                                       "is not a valid queue leader locator value"),
     "initial-cluster-size": _int_key(0, None, "is not a valid cluster size"),
     "target-group-size": _int_key(1, None, "is not a valid qq target count value"),
+    "federation-upstream-set": _str_key("is not a valid federation upstream set name"),
+    "federation-upstream": _str_key("is not a valid federation upstream name"),
 }
 OPERATOR_KEYS = frozenset(("expires", "message-ttl", "max-length", "max-length-bytes", "max-in-memory-length",
                            "max-in-memory-bytes", "delivery-limit", "queue-version", "overflow",

@@ -12,6 +12,7 @@ RabbitMQ alike. Examples::
     exchange-broker admin set policy ttl '^orders' '{"message-ttl": 60000}' --apply-to queues --priority 1
     exchange-broker admin list policies && exchange-broker admin delete policy ttl
     exchange-broker admin super-stream show orders   # also: declare, list, grow, groups
+    exchange-broker admin shovel list                # also: declare, delete, restart
 
 Connection options (also after the command): --url (env EXCHANGE_BROKER_ADMIN_URL, default
 http://127.0.0.1:15672), --user/--password (env EXCHANGE_BROKER_ADMIN_USER/_PASSWORD, default
@@ -31,7 +32,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from exchange_broker.management import cli_super_streams
+from exchange_broker.management import cli_shovels, cli_super_streams
 
 LIST_COLUMNS = {
     "queues": ("vhost", "name", "durable", "auto_delete", "exclusive", "messages", "messages_ready",
@@ -276,6 +277,7 @@ def _build(admin: argparse.ArgumentParser) -> None:
     p.add_argument("--only-vhost", action="store_true", help="import into --vhost (per-vhost format)")
 
     cli_super_streams.add_commands(cmds, common)
+    cli_shovels.add_commands(cmds, common)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -308,6 +310,8 @@ def _dispatch(args, c: AdminClient) -> int:
         emit(args, c.request("GET", "overview"))
     elif cmd == "super-stream":
         return cli_super_streams.run(args, c, emit)
+    elif cmd == "shovel":
+        return cli_shovels.run(args, c, emit)
     elif cmd == "list":
         what = args.what
         path = what

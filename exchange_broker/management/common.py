@@ -42,6 +42,7 @@ class AdminContext:
         self.started_at = time.time()
         self.rates = Rates(sample_interval)
         self.cluster: Any = None  # with --cluster: has ``name`` and ``async nodes()`` (every node)
+        self.movers: Any = None  # movers.parameters.Parameters: shovels and their runtime parameters
 
     def sample(self) -> None:
         """Record counters and queue lengths (the admin server calls this every ``sample_interval`` s)."""

@@ -19,6 +19,7 @@ from exchange_broker.core.auth import HASHING_SHA256
 from exchange_broker.management.common import (PRODUCT, RABBIT_COMPAT_VERSION, AdminContext, Principal,
                                                 bad_request, check_admin, find_vhost, visible_vhosts)
 from exchange_broker.management import limits as limits_api
+from exchange_broker.management import parameters as parameters_api
 from exchange_broker.management import policies as policies_api
 from exchange_broker.management import topic_permissions as topics_api
 from exchange_broker.management.fields import arguments_from, bool_from, tags_from, to_json
@@ -38,6 +39,7 @@ def export_definitions(ctx: AdminContext, vhost: str | None = None, who: Princip
     queues, exchanges, bindings = [], [], []
     policies = policies_api.export_policies(vhosts)
     parameters = limits_api.export_vhost_limits(broker, vhosts) + policies_api.export_operator_parameters(vhosts)
+    parameters += parameters_api.export_parameters(ctx, vhosts)  # shovels
     for vh in vhosts:
         for q in vh.queues.values():
             if q.exclusive:
@@ -89,6 +91,7 @@ def import_definitions(ctx: AdminContext, doc: Any, vhost: str | None = None,
     if vhost is not None:
         find_vhost(broker, vhost)
     plan = DefinitionsPlan(doc, vhost)
+    movers = parameters_api.plan_parameters(ctx, DefinitionsPlan._list(doc, "parameters"), vhost)
     known_vhosts = set(broker.vhosts) | {v["name"] for v in plan.vhosts}
     known_users = set(broker.users) | {user["name"] for user in plan.users}
     for items in (plan.queues, plan.exchanges, plan.bindings, plan.permissions):
@@ -98,6 +101,9 @@ def import_definitions(ctx: AdminContext, doc: Any, vhost: str | None = None,
     for p in plan.policies:
         if p.vhost not in known_vhosts:
             raise bad_request(["no_such_vhost", p.vhost])
+    for _component, where, _name, _value in movers:
+        if where not in known_vhosts:
+            raise bad_request(["no_such_vhost", where])
     for p in plan.permissions:
         if p["user"] not in known_users:
             raise bad_request(["no_such_user", p["user"]])
@@ -130,6 +136,7 @@ def import_definitions(ctx: AdminContext, doc: Any, vhost: str | None = None,
         _apply(errors, counts, "bindings", f"binding '{b['source']}' -> {b['destination_type']} "
                f"'{b['destination']}' in vhost '{b['vhost']}'", broker.vhosts[b["vhost"]].bind,
                b["source"], b["destination_type"], b["destination"], b["routing_key"], b["arguments"], 0, 0)
+    parameters_api.apply_parameters(ctx, movers)  # last: shovels find their queues and exchanges
     if errors:
         more = len(errors) - MAX_REPORTED_ERRORS
         raise bad_request("; ".join(errors[:MAX_REPORTED_ERRORS]) + (f" (and {more} more)" if more > 0 else ""))

@@ -54,6 +54,8 @@ def delete_vhost(ctx: AdminContext, name: str, who: Principal | None = None) -> 
     check_admin(who)
     find_vhost(ctx.broker, name)
     ctx.broker.delete_vhost(name)  # its connections get 320; the deletion is stored
+    if ctx.movers is not None:
+        ctx.movers.vhost_deleted(name)  # its shovels stop, their parameters go
 
 
 # ---- routes ------------------------------------------------------------------------------------

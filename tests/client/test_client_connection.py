@@ -210,10 +210,3 @@ def test_bad_login_and_refused_port_are_clear_errors(broker):
             await Connection.open("127.0.0.1", free_port(), "guest", "guest", timeout=5)
         assert "127.0.0.1" in str(err.value)
     run(scenario())
-
-
-def test_the_old_cluster_link_names_are_the_client():
-    from exchange_broker.client import Channel
-    from exchange_broker.cluster import link
-
-    assert (link.Link, link.LinkChannel, link.LinkError) == (Connection, Channel, ClientError)
