@@ -158,6 +158,29 @@ async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     return admin
 
 
+async def start_mqtt(config: Config, broker: Broker, durability):
+    """The MQTT listener of ``--mqtt-port`` (None without it); retained messages are kept in
+    the store when there is one (``durability``)."""
+    if config.mqtt_port is None:
+        return None
+    from exchange_broker.mqtt.hub import MQTTHub, MQTTSettings
+    from exchange_broker.server.mqtt_listener import MQTTServer
+    from exchange_broker.mqtt.retained import RetainedStore
+    settings = MQTTSettings(max_packet_size=config.mqtt_max_packet_size, vhost=config.mqtt_vhost)
+    retained = RetainedStore()
+    if durability is not None:
+        from exchange_broker.durability.retained_writes import RetainedWrites, stored_retained
+        rows = await asyncio.get_running_loop().run_in_executor(None, stored_retained, durability.store)
+        retained.load(rows)
+        retained.persist = RetainedWrites(durability)
+    server = MQTTServer(MQTTHub(broker, settings, retained), config.host, config.mqtt_port)
+    try:
+        await server.start()
+    except OSError as exc:
+        raise StartupError(str(exc)) from exc
+    return server
+
+
 def advertised(host: str) -> str:
     """The address other nodes and the operator reach a listener on: the host's name for a
     wildcard address."""
@@ -175,6 +198,7 @@ class Application:
         self.durability = None
         self.broker: Broker | None = None
         self.server: BrokerServer | None = None
+        self.mqtt = None  # server/mqtt_listener.MQTTServer with --mqtt-port
         self.admin = None
         self.should_exit = asyncio.Event()
         self._stopped = False
@@ -227,6 +251,7 @@ class Application:
             await self.cluster.renew()  # recovery took a while: the lease runs from now again
             self.server.guard = self.cluster.guard
         await self.server.start()
+        self.mqtt = await start_mqtt(config, self.broker, self.durability)
         self.admin = await start_admin(config, self.broker, self.server)
         if config.port_file and (not config.cluster or config.cluster_mode == "leaders"):
             # an active/standby node wrote it when it began to listen
@@ -363,6 +388,8 @@ class Application:
         await self._stop_forwarding()
         if self.admin is not None:
             await self.admin.stop()
+        if self.mqtt is not None:
+            await self.mqtt.stop()
         if self.server is not None:
             await self.server.stop()
         if self.durability is not None:

@@ -38,7 +38,7 @@ class ThreadedBroker:
 
     def __init__(self, broker: Broker | None = None, host: str = "127.0.0.1", port: int = 0,
                  limits: dict | None = None, *, admin: bool = False, admin_port: int = 0,
-                 loop: asyncio.AbstractEventLoop | None = None, **server_kwargs) -> None:
+                 loop: asyncio.AbstractEventLoop | None = None, mqtt=None, **server_kwargs) -> None:
         self.loop = loop or asyncio.new_event_loop()
         if broker is None:
             broker = build_broker(LoopClock(self.loop))
@@ -52,6 +52,13 @@ class ThreadedBroker:
         # admin HTTP API: admin=True picks a free port; admin_port>0 uses that port; else off
         self.admin = None
         self._admin_port = admin_port if admin_port > 0 else (0 if admin else None)
+        # mqtt: an mqtt.hub.MQTTSettings (or True for the defaults) adds an MQTT listener on a free port
+        self.mqtt = None
+        if mqtt is not None and mqtt is not False:
+            from exchange_broker.mqtt.hub import MQTTHub, MQTTSettings
+            from exchange_broker.server.mqtt_listener import MQTTServer
+            settings = mqtt if isinstance(mqtt, MQTTSettings) else MQTTSettings()
+            self.mqtt = MQTTServer(MQTTHub(self.broker, settings), host, 0)
         self._thread = threading.Thread(target=self._run, name="broker", daemon=True)
         self._ready = threading.Event()
         self._stopped = asyncio.Event()
@@ -60,6 +67,10 @@ class ThreadedBroker:
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def mqtt_port(self) -> int:
+        return self.mqtt.port if self.mqtt is not None else 0
 
     @property
     def url(self) -> str:
@@ -87,6 +98,8 @@ class ThreadedBroker:
     async def _main(self) -> None:
         self._stopped = asyncio.Event()
         await self.server.start()
+        if self.mqtt is not None:
+            await self.mqtt.start()
         if self._admin_port is not None:
             from exchange_broker.management.server import AdminServer
             self.admin = AdminServer(self.broker, self.server.host, self._admin_port, amqp_server=self.server)
@@ -95,6 +108,8 @@ class ThreadedBroker:
         await self._stopped.wait()
         if self.admin is not None:
             await self.admin.stop()
+        if self.mqtt is not None:
+            await self.mqtt.stop()
         await self.server.stop(grace=2.0)
 
     def start(self) -> "ThreadedBroker":
