@@ -14,7 +14,7 @@ from persistence.models import Base
 TABLES = {
     "vhosts", "users", "permissions", "exchanges", "queues", "bindings", "messages", "stream_offsets",
     "delayed_messages", "policies", "vhost_limits", "user_limits", "topic_permissions",
-    "cluster_nodes", "queue_leases", "cluster_counters", "stream_chunks",
+    "cluster_nodes", "queue_leases", "cluster_counters", "stream_chunks", "mqtt_retained",
 }
 
 
