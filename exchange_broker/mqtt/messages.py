@@ -24,7 +24,13 @@ def to_amqp(pkt: p.Publish, qos: int) -> tuple[Message, int | None]:
     ttl = None
     if mp:
         for name, value in mp.get("user_property", ()):
-            headers[name] = value
+            if name in (QOS_HEADER, DUP_HEADER):
+                continue
+            if name in headers:  # a repeated user property: an array header keeps every value
+                old = headers[name]
+                headers[name] = (old if isinstance(old, list) else [old]) + [value]
+            else:
+                headers[name] = value
         if "content_type" in mp:
             props["content_type"] = mp["content_type"][:255]
         if "correlation_data" in mp:
@@ -66,10 +72,11 @@ def from_amqp(msg: Message, sub_qos: int, version: int) -> p.Publish:
         for name, value in headers.items():
             if name in (QOS_HEADER, DUP_HEADER) or name.startswith("x-mqtt-") or name == "x-correlation-id":
                 continue
-            if isinstance(value, bytes):
-                value = value.decode("utf-8", "replace")
-            if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-                users.append((str(name), str(value)))
+            for v in value if isinstance(value, list) else (value,):
+                if isinstance(v, bytes):
+                    v = v.decode("utf-8", "replace")
+                if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                    users.append((str(name), str(v)))
         if users:
             mp["user_property"] = users
         if "content_type" in pr:

@@ -168,6 +168,8 @@ class MQTTSession(PublishMethods):
                 return self._connack_refused(p.CLIENT_ID_NOT_VALID, "empty client id with clean session off")
             client_id, assigned = f"mqtt-{uuid.uuid4().hex}", True
         self.client_id = client_id
+        if v5 and "authentication_method" in c.properties:  # no enhanced authentication (AUTH)
+            return self._connack_refused(p.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
         name = c.username
         password = c.password.decode("utf-8", "replace") if c.password is not None else None
         vhost = settings.vhost
@@ -224,7 +226,8 @@ class MQTTSession(PublishMethods):
                 self._consume(q, qos)
 
     def _connack_refused(self, code: int, text: str) -> None:
-        self.send(p.ConnAck(False, code))
+        props = {"reason_string": text} if text and self.version == p.V5 else {}
+        self.send(p.ConnAck(False, code, props))
         self.close(publish_will=False)
 
     # -- deliveries --------------------------------------------------------------------------------

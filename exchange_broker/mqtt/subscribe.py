@@ -76,13 +76,14 @@ def unsubscribe(session, u: p.Unsubscribe) -> None:
     codes = []
     for topic_filter in u.topic_filters:
         share = topics.shared(topic_filter)
-        if share is not None:
-            name = subs.shared_queue_name(*share)
-            found = subs.unbind(session, name, share[1]) if share[0] else False
-            c = session.consumers.pop(name, None)
+        if share is not None:  # this member stops; the group's queue goes with its last member
+            c = session.consumers.pop(subs.shared_queue_name(*share), None)
+            found = c is not None
             if c is not None:
                 c.active = False
                 c.queue.remove_consumer(c)
+                if not c.queue.consumers and not c.queue.deleted:
+                    subs.unbind(session, c.queue.name, share[1])
         else:
             found = False
             for qos in (0, 1):

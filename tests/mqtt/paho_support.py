@@ -48,7 +48,8 @@ class Paho:
         assert wait_until(lambda: self.connack is not None or self.disconnected.is_set(), 10), \
             "no CONNACK"
 
-    def _on_connect(self, _c, _u, flags, reason, _props) -> None:
+    def _on_connect(self, _c, _u, flags, reason, props) -> None:
+        self.connack_properties = props
         self.connack = (flags.session_present, reason)
 
     def _on_disconnect(self, _c, _u, _flags, reason, _props) -> None:
