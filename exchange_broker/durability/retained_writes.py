@@ -10,11 +10,14 @@ class RetainedWrites:
     def __init__(self, durability) -> None:
         self.durability = durability
 
-    def set(self, vhost: str, topic: str, qos: int, payload: bytes, properties: bytes) -> None:
+    def set(self, vhost: str, topic: str, qos: int, payload: bytes, properties: bytes):
+        """Returns the waiter that fires once the row is committed."""
         self.durability.write(lambda store: set_retained(store, vhost, topic, qos, payload, properties))
+        return self.durability.pending_definition
 
-    def clear(self, vhost: str, topic: str) -> None:
+    def clear(self, vhost: str, topic: str):
         self.durability.write(lambda store: clear_retained(store, vhost, topic))
+        return self.durability.pending_definition
 
 
 def stored_retained(store) -> list[tuple[str, str, int, bytes, bytes]]:

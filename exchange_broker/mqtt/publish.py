@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from exchange_broker.core.names import logsafe
+from exchange_broker.core.ports import Waiter
 from exchange_broker.mqtt import messages, topics
 from exchange_broker.mqtt import packets as p
 from exchange_broker.mqtt.retained import Retained
@@ -54,11 +55,14 @@ class PublishMethods:
             self.has_published = True
             if self.broker.alarms:
                 self.block(self.broker.alarm_reason())
+        kept = None  # the store's write of a retained message: its PUBACK waits for it too
         if pkt.retain:
-            self.hub.retained.set(self.vhost.name, Retained(pkt.topic, pkt.payload, min(pkt.qos, 1),
-                                                            dict(pkt.properties)))
+            kept = self.hub.retained.set(self.vhost.name, Retained(pkt.topic, pkt.payload, min(pkt.qos, 1),
+                                                                   dict(pkt.properties)))
         self.stats_published += 1
         routed, waiter = self.route(pkt, min(pkt.qos, 1))
+        if kept is not None:
+            waiter = kept if waiter is None else Waiter.all(waiter, kept)
         if not pkt.qos:
             return
         entry = self._queue_ack(pkt, None)

@@ -33,16 +33,17 @@ class RetainedStore:
                 props = {}
             self.by_vhost.setdefault(vhost, {})[topic] = Retained(topic, payload, qos, props)
 
-    def set(self, vhost: str, item: Retained) -> None:
-        """A retained PUBLISH: an empty payload clears the topic's retained message."""
+    def set(self, vhost: str, item: Retained):
+        """A retained PUBLISH: an empty payload clears the topic's retained message. Returns the
+        store's waiter for the change (None: nothing to wait for)."""
         topics_ = self.by_vhost.setdefault(vhost, {})
         if not item.payload:
             if topics_.pop(item.topic, None) is not None and self.persist is not None:
-                self.persist.clear(vhost, item.topic)
-            return
+                return self.persist.clear(vhost, item.topic)
+            return None
         topics_[item.topic] = item
         if self.persist is not None:
-            self.persist.set(vhost, item.topic, item.qos, item.payload, properties.encode(item.properties))
+            return self.persist.set(vhost, item.topic, item.qos, item.payload, properties.encode(item.properties))
 
     def matching(self, vhost: str, topic_filter: str) -> list[Retained]:
         return [r for t, r in sorted(self.by_vhost.get(vhost, {}).items())
