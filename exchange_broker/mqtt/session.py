@@ -12,6 +12,7 @@ new connection with the same client id; the will is published unless the client 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import deque
 from typing import Callable
@@ -78,6 +79,8 @@ class MQTTSession(PublishMethods):
         self.qos2_ids: set[int] = set()  # QoS 2 PUBLISHes routed, awaiting their PUBREL
         self.aliases: dict[int, str] = {}
         self.stats_published = self.stats_delivered = self.stats_acked = 0
+        self.channels: dict = {}  # none: the admin API and the limits count AMQP channels here
+        self.connected_at: int | None = None
 
     # -- output ------------------------------------------------------------------------------------
     def send(self, pkt) -> None:
@@ -220,6 +223,8 @@ class MQTTSession(PublishMethods):
         log.info("MQTT connection %s opened: %s, client id '%s', user '%s', vhost '%s'", self.name,
                  p.VERSION_TEXT[self.version], logsafe(client_id), logsafe(user), logsafe(vhost))
         self.hub.sessions.add(self)
+        self.broker.sessions.add(self)  # connection limits, resource alarms, the admin API
+        self.connected_at = int(time.time() * 1000)
         for qos in (0, 1):  # a persistent session's queues deliver again at once
             q = self.vhost.queues.get(subs.queue_name(client_id, qos))
             if q is not None:
@@ -365,6 +370,23 @@ class MQTTSession(PublishMethods):
         self._update_reading()
         self._redispatch()
 
+    # -- the admin API (/api/connections) ------------------------------------------------------------
+    @property
+    def listener_name(self) -> str:
+        host, port = self.hub.listener
+        return f"{host}:{port}"
+
+    def admin_info(self) -> dict:
+        host, port = self.hub.listener
+        state = "blocked" if self.blocked else "running" if self.reading else "flow"
+        return {"name": f"{self.name} -> {self.listener_name}", "protocol": p.VERSION_TEXT[self.version],
+                "vhost": self.vhost.name, "user": self.user, "user_who_performed_action": self.user,
+                "host": host, "port": port, "peer_host": self.peer[0], "peer_port": self.peer[1],
+                "state": "closing" if self.closed else state, "channels": 0, "channel_max": 0,
+                "frame_max": self.hub.settings.max_packet_size, "timeout": self.keep_alive,
+                "client_properties": {"client_id": self.client_id}, "user_provided_name": self.client_id,
+                "auth_mechanism": "PLAIN", "ssl": False, "connected_at": self.connected_at}
+
     # -- keep-alive, takeover, close -------------------------------------------------------------------
     def tick(self, now: float) -> None:
         if self.closed:
@@ -406,6 +428,7 @@ class MQTTSession(PublishMethods):
         if was_open and self.hub.clients.get((self.vhost.name, self.client_id)) is self:
             del self.hub.clients[(self.vhost.name, self.client_id)]
         self.hub.sessions.discard(self)
+        self.broker.sessions.discard(self)
         if not transport_gone:
             self.flush()
 

@@ -27,6 +27,7 @@ class MQTTConsumer:
 
     __slots__ = ("tag", "session", "queue", "qos", "no_ack", "exclusive", "arguments", "priority",
                  "active", "unacked", "outstanding")
+    channel = None  # no AMQP channel (the admin API shows the connection)
 
     def __init__(self, session, queue, qos: int) -> None:
         self.tag = f"mqtt-{session.client_id}-{queue.name}"
@@ -40,6 +41,10 @@ class MQTTConsumer:
         self.active = True
         self.unacked = 0
         self.outstanding: set = set()  # packet ids of its deliveries awaiting PUBACK
+
+    @property
+    def prefetch(self) -> int:
+        return 0 if self.no_ack else self.session.receive_max
 
     def can_take(self) -> bool:
         s = self.session

@@ -82,6 +82,7 @@ class MQTTServer:
             self._server = await loop.create_server(lambda: MQTTProtocol(self), self.host, self.port,
                                                     reuse_address=True, backlog=1024, ssl=self.ssl)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.hub.listener = (self.host, self.port)
         self._ticker = loop.create_task(self._tick())
         log.info("%s listener on %s", self.what, _bound(self._server))
 
