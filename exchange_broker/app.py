@@ -158,14 +158,16 @@ async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     return admin
 
 
-async def start_mqtt(config: Config, broker: Broker, durability):
-    """The MQTT listener of ``--mqtt-port`` (None without it); retained messages are kept in
-    the store when there is one (``durability``)."""
-    if config.mqtt_port is None:
-        return None
+async def start_mqtt(config: Config, broker: Broker, durability) -> list:
+    """The MQTT listeners of ``--mqtt-port``, ``--mqtt-ws-port`` and ``--mqtts-port`` (none
+    without them), sharing one hub; retained messages are kept in the store when there is one."""
+    ports = (config.mqtt_port, config.mqtt_ws_port, config.mqtts_port)
+    if all(port is None for port in ports):
+        return []
     from exchange_broker.mqtt.hub import MQTTHub, MQTTSettings
-    from exchange_broker.server.mqtt_listener import MQTTServer
     from exchange_broker.mqtt.retained import RetainedStore
+    from exchange_broker.server.mqtt_listener import MQTTServer
+    from exchange_broker.server.mqtt_websocket import MQTTWebSocketProtocol
     settings = MQTTSettings(max_packet_size=config.mqtt_max_packet_size, vhost=config.mqtt_vhost)
     retained = RetainedStore()
     if durability is not None:
@@ -173,12 +175,24 @@ async def start_mqtt(config: Config, broker: Broker, durability):
         rows = await asyncio.get_running_loop().run_in_executor(None, stored_retained, durability.store)
         retained.load(rows)
         retained.persist = RetainedWrites(durability)
-    server = MQTTServer(MQTTHub(broker, settings, retained), config.host, config.mqtt_port)
-    try:
-        await server.start()
-    except OSError as exc:
-        raise StartupError(str(exc)) from exc
-    return server
+    hub = MQTTHub(broker, settings, retained)
+    servers = []
+    if config.mqtt_port is not None:
+        servers.append(MQTTServer(hub, config.host, config.mqtt_port))
+    if config.mqtt_ws_port is not None:
+        servers.append(MQTTServer(hub, config.host, config.mqtt_ws_port, what="MQTT over WebSocket",
+                                  protocol=MQTTWebSocketProtocol))
+    if config.mqtts_port is not None:
+        servers.append(MQTTServer(hub, config.host, config.mqtts_port, ssl=config.tls.server_context(),
+                                  what="MQTTS"))
+    for server in servers:
+        try:
+            await server.start()
+        except OSError as exc:
+            raise StartupError(str(exc)) from exc
+        except ValueError as exc:  # TLS files that cannot be loaded
+            raise StartupError(str(exc)) from exc
+    return servers
 
 
 def advertised(host: str) -> str:
@@ -198,7 +212,7 @@ class Application:
         self.durability = None
         self.broker: Broker | None = None
         self.server: BrokerServer | None = None
-        self.mqtt = None  # server/mqtt_listener.MQTTServer with --mqtt-port
+        self.mqtt: list = []  # server/mqtt_listener.MQTTServer for each MQTT listener
         self.admin = None
         self.should_exit = asyncio.Event()
         self._stopped = False
@@ -388,8 +402,8 @@ class Application:
         await self._stop_forwarding()
         if self.admin is not None:
             await self.admin.stop()
-        if self.mqtt is not None:
-            await self.mqtt.stop()
+        for mqtt_server in self.mqtt:
+            await mqtt_server.stop()
         if self.server is not None:
             await self.server.stop()
         if self.durability is not None:

@@ -28,4 +28,3 @@ class MQTTHub:
         self.clients: dict[tuple[str, str], object] = {}  # (vhost, client id) -> its session
         self.sessions: set = set()                         # every open MQTT connection
         self.retained = retained or RetainedStore()
-        self.listener: tuple[str, int] = ("", 0)          # the MQTT listener's address (admin API)

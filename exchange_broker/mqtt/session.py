@@ -81,6 +81,8 @@ class MQTTSession(PublishMethods):
         self.stats_published = self.stats_delivered = self.stats_acked = 0
         self.channels: dict = {}  # none: the admin API and the limits count AMQP channels here
         self.connected_at: int | None = None
+        self.listener: tuple[str, int] = ("", 0)  # the listener's address (set by the server)
+        self.tls = False
 
     # -- output ------------------------------------------------------------------------------------
     def send(self, pkt) -> None:
@@ -373,11 +375,10 @@ class MQTTSession(PublishMethods):
     # -- the admin API (/api/connections) ------------------------------------------------------------
     @property
     def listener_name(self) -> str:
-        host, port = self.hub.listener
-        return f"{host}:{port}"
+        return f"{self.listener[0]}:{self.listener[1]}"
 
     def admin_info(self) -> dict:
-        host, port = self.hub.listener
+        host, port = self.listener
         state = "blocked" if self.blocked else "running" if self.reading else "flow"
         return {"name": f"{self.name} -> {self.listener_name}", "protocol": p.VERSION_TEXT[self.version],
                 "vhost": self.vhost.name, "user": self.user, "user_who_performed_action": self.user,
@@ -385,7 +386,7 @@ class MQTTSession(PublishMethods):
                 "state": "closing" if self.closed else state, "channels": 0, "channel_max": 0,
                 "frame_max": self.hub.settings.max_packet_size, "timeout": self.keep_alive,
                 "client_properties": {"client_id": self.client_id}, "user_provided_name": self.client_id,
-                "auth_mechanism": "PLAIN", "ssl": False, "connected_at": self.connected_at}
+                "auth_mechanism": "PLAIN", "ssl": self.tls, "connected_at": self.connected_at}
 
     # -- keep-alive, takeover, close -------------------------------------------------------------------
     def tick(self, now: float) -> None:

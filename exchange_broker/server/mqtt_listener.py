@@ -25,8 +25,7 @@ class MQTTProtocol(asyncio.Protocol):
         self.transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         peer = transport.get_extra_info("peername") or ("", 0)
-        self.session = MQTTSession(self.server.hub, self._write, self._close, peer[:2],
-                                   set_reading=self._set_reading)
+        self.session = self.server.new_session(self._write, self._close, peer[:2], self._set_reading)
         self.server.protocols.add(self)
 
     def _write(self, data: bytes) -> None:
@@ -64,10 +63,15 @@ class MQTTProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.session.resume_writing()
 
+    def tick(self, now: float) -> None:
+        self.session.tick(now)
+
 
 class MQTTServer:
-    def __init__(self, hub: MQTTHub, host: str, port: int, *, ssl=None, what: str = "MQTT") -> None:
+    def __init__(self, hub: MQTTHub, host: str, port: int, *, ssl=None, what: str = "MQTT",
+                 protocol: type[MQTTProtocol] = MQTTProtocol) -> None:
         self.hub = hub
+        self.protocol = protocol  # MQTTProtocol, or server/mqtt_websocket.py's for --mqtt-ws-port
         self.host = host
         self.port = port
         self.ssl = ssl
@@ -76,13 +80,18 @@ class MQTTServer:
         self._server: asyncio.base_events.Server | None = None
         self._ticker: asyncio.Task | None = None
 
+    def new_session(self, write, close, peer, set_reading) -> MQTTSession:
+        sess = MQTTSession(self.hub, write, close, peer, set_reading=set_reading)
+        sess.listener = (self.host, self.port)  # the admin API names the connection after it
+        sess.tls = self.ssl is not None
+        return sess
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         with _listen_error(self.host, self.port, self.what):
-            self._server = await loop.create_server(lambda: MQTTProtocol(self), self.host, self.port,
+            self._server = await loop.create_server(lambda: self.protocol(self), self.host, self.port,
                                                     reuse_address=True, backlog=1024, ssl=self.ssl)
         self.port = self._server.sockets[0].getsockname()[1]
-        self.hub.listener = (self.host, self.port)
         self._ticker = loop.create_task(self._tick())
         log.info("%s listener on %s", self.what, _bound(self._server))
 
@@ -92,7 +101,7 @@ class MQTTServer:
             now = self.hub.broker.clock.time()
             for proto in list(self.protocols):
                 try:
-                    proto.session.tick(now)
+                    proto.tick(now)
                 except Exception:
                     log.exception("MQTT tick failed")
 
@@ -100,7 +109,8 @@ class MQTTServer:
         if self._server is not None:
             self._server.close()
         for proto in list(self.protocols):
-            proto.session.server_close(320, "broker shutdown")
+            if proto.session is not None:
+                proto.session.server_close(320, "broker shutdown")
         deadline = time.monotonic() + grace
         while self.protocols and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

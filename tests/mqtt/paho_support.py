@@ -15,10 +15,15 @@ class Paho:
 
     def __init__(self, port: int, client_id: str = "", *, version=V311, clean: bool = True,
                  user: str | None = "guest", password: str | None = "guest", will=None,
-                 keepalive: int = 60, properties=None, clean_start=None) -> None:
+                 keepalive: int = 60, properties=None, clean_start=None, websocket: bool = False,
+                 tls_ca: str | None = None) -> None:
         kwargs = {"clean_session": clean} if version != V5 else {}
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
-                                  protocol=version, **kwargs)
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version,
+                                  transport="websockets" if websocket else "tcp", **kwargs)
+        if websocket:
+            self.client.ws_set_options(path="/ws")
+        if tls_ca is not None:
+            self.client.tls_set(ca_certs=tls_ca)
         self.version = version
         self.messages: list = []
         self.connack = None          # (session present, reason code)
