@@ -19,6 +19,7 @@ from typing import Callable
 
 from exchange_broker.core import permissions as perms
 from exchange_broker.core.auth import is_loopback
+from exchange_broker.core.backpressure import BackPressure
 from exchange_broker.core.names import logsafe
 from exchange_broker.mqtt import codec, messages, topics
 from exchange_broker.mqtt import packets as p
@@ -33,7 +34,7 @@ log = logging.getLogger("exchange_broker.mqtt")
 OUTPUT_BUDGET = 512 * 1024  # delivery bytes queued before the next flush
 
 
-class MQTTSession(PublishMethods):
+class MQTTSession(PublishMethods, BackPressure):
     def __init__(self, hub, write: Callable[[bytes], None], close: Callable[[], None],
                  peer: tuple = ("", 0), set_reading: Callable[[bool], None] = lambda on: None) -> None:
         self.hub = hub
@@ -185,7 +186,7 @@ class MQTTSession(PublishMethods):
         try:
             user = self.broker.authenticate(name or "", password or "", is_loopback(self.peer[0]), "PLAIN")
         except AMQPError as err:
-            log.info("MQTT login refused on connection %s: user '%s': %s", self.name,
+            log.info("login refused on MQTT connection %s: user '%s', mechanism PLAIN: %s", self.name,
                      logsafe(name or ""), logsafe(err.text))
             return self._connack_refused(p.BAD_USER_NAME_OR_PASSWORD, "")
         try:
@@ -325,16 +326,6 @@ class MQTTSession(PublishMethods):
         unsubscribe(self, u)
 
     # -- the core's Connection port ------------------------------------------------------------------
-    def throttle(self, q) -> None:
-        if q not in self.throttled_by:
-            self.throttled_by.add(q)
-            q.flow_blocked.add(self)
-            self._update_reading()
-
-    def unthrottle(self, q) -> None:
-        self.throttled_by.discard(q)
-        self._update_reading()
-
     def block(self, reason: str) -> None:
         if not self.blocked and not self.closed:
             self.blocked = True
@@ -360,17 +351,6 @@ class MQTTSession(PublishMethods):
         if want != self.reading:
             self.reading = want
             self._set_reading(want)
-
-    def pause_writing(self) -> None:
-        self.paused = True
-        self.writable = False
-        self._update_reading()
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        self.writable = True
-        self._update_reading()
-        self._redispatch()
 
     # -- the admin API (/api/connections) ------------------------------------------------------------
     @property

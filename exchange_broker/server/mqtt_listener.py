@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from exchange_broker.mqtt.hub import MQTTHub
 from exchange_broker.mqtt.session import MQTTSession
-from exchange_broker.server.listener import WRITE_HIGH_WATER, _bound, _listen_error
+from exchange_broker.server.listener import WRITE_HIGH_WATER, SessionProtocol, _bound, _listen_error, drain
 
 log = logging.getLogger("exchange_broker.server")
 
 
-class MQTTProtocol(asyncio.Protocol):
+class MQTTProtocol(SessionProtocol):
     def __init__(self, server: "MQTTServer") -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
@@ -32,10 +31,6 @@ class MQTTProtocol(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
-    def _close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
     def _set_reading(self, on: bool) -> None:
         t = self.transport
         if t is None or t.is_closing():
@@ -48,20 +43,11 @@ class MQTTProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.session.data_received(data)
 
-    def eof_received(self) -> bool:
-        return False
-
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.protocols.discard(self)
         if self.session is not None:
             self.session.connection_lost()
         self.transport = None
-
-    def pause_writing(self) -> None:
-        self.session.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.session.resume_writing()
 
     def tick(self, now: float) -> None:
         self.session.tick(now)
@@ -111,11 +97,7 @@ class MQTTServer:
         for proto in list(self.protocols):
             if proto.session is not None:
                 proto.session.server_close(320, "broker shutdown")
-        deadline = time.monotonic() + grace
-        while self.protocols and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        for proto in list(self.protocols):
-            proto._close()
+        await drain(self.protocols, grace)
         if self._ticker is not None:
             self._ticker.cancel()
         if self._server is not None:

@@ -91,7 +91,7 @@ def test_wrong_password_gets_connack_4(paho, mqtt_broker, caplog):
     caplog.set_level(logging.INFO, logger="exchange_broker.mqtt")
     bad = paho("bad", password="wrong")
     assert bad.connack[1].value == 134 and bad.connack[1].is_failure  # paho maps 3.1.1's 4 to 134
-    assert "MQTT login refused" in caplog.text
+    assert "login refused on MQTT connection" in caplog.text
     unknown = paho("nouser", user="nobody", password="x")
     assert not unknown.accepted
 
