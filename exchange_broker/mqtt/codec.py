@@ -73,6 +73,8 @@ class Parser:
 
 def decode_packet(first: int, body: bytes, version: int, server: bool = True):
     kind, flags = first >> 4, first & 0x0F
+    if kind == p.PUBACK and len(body) == 2 and not flags:  # the hot path: a bare PUBACK
+        return p.Ack(p.PUBACK, (body[0] << 8) | body[1])
     if kind != p.PUBLISH and flags != FIXED_FLAGS.get(kind, 0):
         raise MalformedPacket(f"packet type {kind} with flags {flags:#x}")
     r = Reader(body)

@@ -16,8 +16,18 @@ QOS_HEADER = "x-mqtt-publish-qos"
 DUP_HEADER = "x-mqtt-dup"
 
 
+# the properties of a PUBLISH without MQTT 5 properties, by (QoS, DUP): encoded once
+_PLAIN = {(q, d): codec.encode_properties({"delivery_mode": 2 if q else 1,
+                                           "headers": {QOS_HEADER: q, DUP_HEADER: d}})
+          for q in (0, 1) for d in (False, True)}
+_PLAIN_QOS = {raw: q for (q, _d), raw in _PLAIN.items()}
+
+
 def to_amqp(pkt: p.Publish, qos: int) -> tuple[Message, int | None]:
     """(message routed on amq.topic, per-message TTL in ms or None)."""
+    if not pkt.properties:
+        return Message(topics.EXCHANGE, topics.to_routing_key(pkt.topic), _PLAIN[qos, pkt.dup],
+                       pkt.payload, persistent=bool(qos)), None
     headers: dict = {QOS_HEADER: qos, DUP_HEADER: pkt.dup}
     props: dict = {"delivery_mode": 2 if qos else 1}
     mp = pkt.properties
@@ -59,6 +69,9 @@ def to_amqp(pkt: p.Publish, qos: int) -> tuple[Message, int | None]:
 
 def from_amqp(msg: Message, sub_qos: int, version: int) -> p.Publish:
     """The PUBLISH for a delivery from a subscription queue of QoS ``sub_qos`` (packet id unset)."""
+    plain = _PLAIN_QOS.get(msg.properties)
+    if plain is not None and (version != p.V5 or msg.expires_ms is None):  # from MQTT, no properties
+        return p.Publish(topics.to_topic(msg.routing_key), msg.body, min(plain, sub_qos))
     pr = msg.props
     headers = pr.get("headers") or {}
     qos = headers.get(QOS_HEADER)

@@ -78,7 +78,8 @@ class PublishMethods:
         if ex is None:
             return False, None
         msg, ttl = messages.to_amqp(pkt, qos)
-        routed, waiter, _rejected = self.broker.publish(self.vhost, ex, msg, True, self, ttl)
+        has_headers = bool(pkt.properties and "user_property" in pkt.properties)  # else ours only
+        routed, waiter, _rejected = self.broker.publish(self.vhost, ex, msg, has_headers, self, ttl)
         return routed, waiter
 
     def _queue_ack(self, pkt: p.Publish, code: int | None) -> list:

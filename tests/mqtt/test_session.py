@@ -171,3 +171,14 @@ def test_random_packet_sequences_never_raise(packets, version):
         c.session.data_received(codec.encode(x, version))
         c.clock.advance(0)
     c.session.connection_lost()
+
+
+def test_v5_refusals_are_reason_codes_and_the_connection_stays():
+    hub = make_hub()
+    hub.broker.add_user("ro", "pw")
+    hub.broker.set_permissions("ro", "/", "^mqtt-subscription-.*", "^mqtt-subscription-.*", "^mqtt-subscription-.*")
+    c = Peer(hub, p.V5)
+    assert c.connect("ro-1", user="ro", password=b"pw").code == p.SUCCESS
+    assert c.send(p.Publish("t", b"x", 1, packet_id=4)) == [p.Ack(p.PUBACK, 4, p.NOT_AUTHORIZED)]
+    assert c.send(p.Subscribe(2, [p.Subscription("t", 1)])) == [p.SubAck(2, [p.NOT_AUTHORIZED])]
+    assert c.send(p.PingReq()) == [p.PingResp()] and not c.session.closed
