@@ -28,3 +28,4 @@ class MQTTHub:
         self.clients: dict[tuple[str, str], object] = {}  # (vhost, client id) -> its session
         self.sessions: set = set()                         # every open MQTT connection
         self.retained = retained or RetainedStore()
+        self.pending_wills: dict[tuple[str, str], object] = {}  # MQTT 5 will delay: its timer

@@ -6,6 +6,7 @@ order the PUBLISHes came, each once the store has its message; the will on an ab
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from exchange_broker.core.names import logsafe
 from exchange_broker.core.ports import Waiter
@@ -123,7 +124,22 @@ class PublishMethods:
             self._settle(a.packet_id)
 
     def _publish_will(self) -> None:
+        """Now, or (MQTT 5) after its will delay unless the client id connects again first."""
         w = self.will
+        delay = w.properties.get("will_delay_interval", 0) if self.version == p.V5 else 0
+        if delay:
+            key = (self.vhost.name, self.client_id)
+            handle = self.broker.call_later(delay, partial(self._delayed_will, w, key))
+            if handle is not None:
+                self.hub.pending_wills[key] = handle
+                return
+        self._send_will(w)
+
+    def _delayed_will(self, w: p.Will, key: tuple) -> None:
+        self.hub.pending_wills.pop(key, None)
+        self._send_will(w)
+
+    def _send_will(self, w: p.Will) -> None:
         try:
             self.broker.check_write(self, topics.EXCHANGE, topics.to_routing_key(w.topic))
         except AMQPError as err:

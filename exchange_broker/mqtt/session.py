@@ -146,6 +146,8 @@ class MQTTSession(PublishMethods, BackPressure):
         elif t is p.Disconnect:
             if pkt.code != p.DISCONNECT_WITH_WILL:
                 self.will = None
+            if pkt.properties.get("session_expiry_interval") == 0:  # MQTT 5: the session ends now
+                self.persistent = False
             log.info("closing MQTT connection %s (client id '%s'): DISCONNECT from the client",
                      self.name, logsafe(self.client_id))
             self.close()
@@ -207,6 +209,9 @@ class MQTTSession(PublishMethods, BackPressure):
         if old is not None and old is not self:
             old.taken_over()
         self.hub.clients[(vhost, client_id)] = self
+        delayed_will = self.hub.pending_wills.pop((vhost, client_id), None)
+        if delayed_will is not None:  # back before its will delay ran out: no will
+            delayed_will.cancel()
         if c.clean_start:  # a clean start forgets the previous session's subscriptions
             for qos in (0, 1):
                 q = self.vhost.queues.get(subs.queue_name(client_id, qos))

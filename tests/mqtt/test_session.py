@@ -182,3 +182,32 @@ def test_v5_refusals_are_reason_codes_and_the_connection_stays():
     assert c.send(p.Publish("t", b"x", 1, packet_id=4)) == [p.Ack(p.PUBACK, 4, p.NOT_AUTHORIZED)]
     assert c.send(p.Subscribe(2, [p.Subscription("t", 1)])) == [p.SubAck(2, [p.NOT_AUTHORIZED])]
     assert c.send(p.PingReq()) == [p.PingResp()] and not c.session.closed
+
+
+def test_v5_will_delay_and_reconnect_before_it_cancels_the_will():
+    hub = make_hub()
+    will = p.Will("wills/d", b"late", 0, True, {"will_delay_interval": 30})
+    c = Peer(hub, p.V5)
+    c.connect("d1", will=will)
+    c.session.connection_lost()
+    c.clock.advance(29)
+    assert hub.retained.matching("/", "wills/#") == []
+    c.clock.advance(2)
+    assert [r.payload for r in hub.retained.matching("/", "wills/#")] == [b"late"]
+    again = Peer(hub, p.V5)
+    again.connect("d2", will=p.Will("wills/e", b"never", 0, True, {"will_delay_interval": 30}))
+    again.session.connection_lost()
+    back = Peer(hub, p.V5)
+    back.connect("d2")  # within the delay: that will is not sent
+    back.clock.advance(60)
+    assert [r.topic for r in hub.retained.matching("/", "wills/#")] == ["wills/d"]
+
+
+def test_v5_disconnect_with_session_expiry_zero_ends_a_persistent_session():
+    hub = make_hub()
+    c = Peer(hub, p.V5)
+    c.connect("e1", clean=False, props={"session_expiry_interval": 600})
+    c.send(p.Subscribe(1, [p.Subscription("x", 1)]))
+    assert "mqtt-subscription-e1qos1" in hub.broker.vhosts["/"].queues
+    c.send(p.Disconnect(p.SUCCESS, {"session_expiry_interval": 0}))
+    assert "mqtt-subscription-e1qos1" not in hub.broker.vhosts["/"].queues
