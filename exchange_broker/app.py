@@ -266,6 +266,7 @@ class Application:
             self.server.guard = self.cluster.guard
         await self.server.start()
         self.mqtt = await start_mqtt(config, self.broker, self.durability)
+        self.server.other_listeners += [m.listing for m in self.mqtt]
         self.admin = await start_admin(config, self.broker, self.server)
         if config.port_file and (not config.cluster or config.cluster_mode == "leaders"):
             # an active/standby node wrote it when it began to listen

@@ -110,6 +110,7 @@ class ThreadedBroker:
         for mqtt_server in (self.mqtt, self.mqtt_ws):
             if mqtt_server is not None:
                 await mqtt_server.start()
+                self.server.other_listeners.append(mqtt_server.listing)
         if self._admin_port is not None:
             from exchange_broker.management.server import AdminServer
             self.admin = AdminServer(self.broker, self.server.host, self._admin_port, amqp_server=self.server)

@@ -193,6 +193,9 @@ class BrokerServer:
         self.handshake_timeout = handshake_timeout
         self.protocols: set[AMQPProtocol] = set()
         self.monitor = monitor  # resource alarms, checked every tick
+        # the node's other protocols' listeners, as the admin API lists them: dicts of protocol
+        # ("mqtt", "mqtt/ssl", "http/web-mqtt"), interface and port (app.py adds them)
+        self.other_listeners: list[dict] = []
         # a cluster node's check before it reads from or writes to a client (ClusterNode.guard)
         self.guard = None
         self._server: asyncio.base_events.Server | None = None

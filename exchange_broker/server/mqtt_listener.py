@@ -66,6 +66,12 @@ class MQTTServer:
         self._server: asyncio.base_events.Server | None = None
         self._ticker: asyncio.Task | None = None
 
+    @property
+    def listing(self) -> dict:
+        """This listener as the admin API lists it (RabbitMQ's protocol names)."""
+        kind = "http/web-mqtt" if self.protocol is not MQTTProtocol else "mqtt/ssl" if self.ssl else "mqtt"
+        return {"protocol": kind, "interface": self.host or "0.0.0.0", "port": self.port}
+
     def new_session(self, write, close, peer, set_reading) -> MQTTSession:
         sess = MQTTSession(self.hub, write, close, peer, set_reading=set_reading)
         sess.listener = (self.host, self.port)  # the admin API names the connection after it

@@ -19,8 +19,17 @@ from exchange_broker.testing import ThreadedBroker
 
 @pytest.fixture
 def admin_mqtt():
-    with ThreadedBroker(admin=True, mqtt=MQTTSettings()) as tb:
+    with ThreadedBroker(admin=True, mqtt=MQTTSettings(), mqtt_ws=True) as tb:
         yield tb
+
+
+def test_mqtt_listeners_in_the_overview_and_the_health_checks(admin_mqtt):
+    _, overview = api(admin_mqtt, "GET", "/api/overview")
+    listed = {(x["protocol"], x["port"]) for x in overview["listeners"]}
+    assert {("mqtt", admin_mqtt.mqtt_port), ("http/web-mqtt", admin_mqtt.mqtt_ws_port)} <= listed
+    for name in ("mqtt", "web-mqtt"):
+        status, body = api(admin_mqtt, "GET", f"/api/health/checks/protocol-listener/{name}")
+        assert (status, body["status"]) == (200, "ok")
 
 
 def api(tb, method: str, path: str):
