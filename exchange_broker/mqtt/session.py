@@ -32,6 +32,7 @@ from exchange_broker.protocol.errors import AMQPError
 log = logging.getLogger("exchange_broker.mqtt")
 
 OUTPUT_BUDGET = 512 * 1024  # delivery bytes queued before the next flush
+UNAUTHENTICATED_MAX = 65_536  # largest packet before CONNECT succeeded
 
 
 class MQTTSession(PublishMethods, BackPressure):
@@ -44,7 +45,8 @@ class MQTTSession(PublishMethods, BackPressure):
         self._set_reading = set_reading
         self.peer = peer
         self.name = f"{peer[0]}:{peer[1]}"
-        self.parser = codec.Parser(hub.settings.max_packet_size)
+        # before a login succeeds, RabbitMQ's mqtt.max_packet_size_unauthenticated (64 KiB) holds
+        self.parser = codec.Parser(min(UNAUTHENTICATED_MAX, hub.settings.max_packet_size))
         self.version = p.V311
         self.state = "connect"        # connect -> open -> closed
         self.closed = False
@@ -219,6 +221,7 @@ class MQTTSession(PublishMethods, BackPressure):
                     self.vhost.remove_queue(q)
         present = any(subs.queue_name(client_id, qos) in self.vhost.queues for qos in (0, 1))
         self.state = "open"
+        self.parser.max_packet_size = self.hub.settings.max_packet_size
         props = {}
         if v5:
             props = {"topic_alias_maximum": settings.topic_alias_maximum, "retain_available": 1,

@@ -211,3 +211,14 @@ def test_v5_disconnect_with_session_expiry_zero_ends_a_persistent_session():
     assert "mqtt-subscription-e1qos1" in hub.broker.vhosts["/"].queues
     c.send(p.Disconnect(p.SUCCESS, {"session_expiry_interval": 0}))
     assert "mqtt-subscription-e1qos1" not in hub.broker.vhosts["/"].queues
+
+
+def test_packets_before_a_login_are_limited_to_64_kib():
+    hub = make_hub()
+    big = Peer(hub)
+    big.send(p.Connect(p.V311, "b", True, 0, "guest", b"x" * 65_000, p.Will("w", b"y" * 10_000, 0, False)))
+    assert big.transport_closed and big.session.state != "open"
+    ok = Peer(hub)
+    ok.connect("ok")
+    ok.send(p.Publish("t", b"y" * 100_000))  # after the login the configured limit holds
+    assert not ok.session.closed
