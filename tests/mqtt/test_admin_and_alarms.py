@@ -17,7 +17,7 @@ from exchange_broker.mqtt.hub import MQTTSettings
 from exchange_broker.testing import ThreadedBroker
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def admin_mqtt():
     with ThreadedBroker(admin=True, mqtt=MQTTSettings(), mqtt_ws=True) as tb:
         yield tb

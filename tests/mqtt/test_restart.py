@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import pytest
 from eb_support import steady_port, wait_until
 from paho_support import Paho
 
 
+@pytest.mark.slow  # two broker start-ups: about 10 s on the loaded machine
 def test_persistent_session_and_retained_messages_survive_a_restart(spawn_broker):
     port = steady_port()
     broker = spawn_broker("--mqtt-port", str(port))

@@ -132,7 +132,7 @@ def test_clean_session_queues_go_with_the_connection():
     assert not any(n.startswith("mqtt-subscription-tmp") for n in vh.queues)
 
 
-_settings = settings(max_examples=300, deadline=None, derandomize=True, database=None,
+_settings = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                      suppress_health_check=[HealthCheck.too_slow])
 
 
