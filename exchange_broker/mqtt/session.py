@@ -345,11 +345,18 @@ class MQTTSession(PublishMethods, BackPressure):
             self._update_reading()
 
     def server_close(self, code: int, text: str) -> None:
+        """Closed by the broker (the admin API, a deleted user or vhost): the will goes out."""
         log.info("closing MQTT connection %s (client id '%s'): %s", self.name,
                  logsafe(self.client_id), logsafe(text))
         if self.version == p.V5 and self.state == "open":
-            self.send(p.Disconnect(p.SERVER_SHUTTING_DOWN if code == 320 else p.UNSPECIFIED_ERROR))
-        self.close(publish_will=code != 320)  # a broker shutdown is no failure of the client
+            self.send(p.Disconnect(p.ADMINISTRATIVE_ACTION, {"reason_string": text[:200]}))
+        self.close()
+
+    def shutdown(self) -> None:
+        """The broker stops: no failure of the client, so no will (a persistent session stays)."""
+        if self.version == p.V5 and self.state == "open":
+            self.send(p.Disconnect(p.SERVER_SHUTTING_DOWN))
+        self.close(publish_will=False)
 
     def check_consumer_timeouts(self, now: float, default_ms: int) -> None:
         pass  # MQTT has no consumer timeout: a client that does not PUBACK holds its quota

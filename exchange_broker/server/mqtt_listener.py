@@ -102,7 +102,7 @@ class MQTTServer:
             self._server.close()
         for proto in list(self.protocols):
             if proto.session is not None:
-                proto.session.server_close(320, "broker shutdown")
+                proto.session.shutdown()
         await drain(self.protocols, grace)
         if self._ticker is not None:
             self._ticker.cancel()

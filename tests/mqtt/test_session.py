@@ -222,3 +222,17 @@ def test_packets_before_a_login_are_limited_to_64_kib():
     ok.connect("ok")
     ok.send(p.Publish("t", b"y" * 100_000))  # after the login the configured limit holds
     assert not ok.session.closed
+
+
+def test_closed_by_the_broker_sends_the_will_but_a_shutdown_does_not():
+    hub = make_hub()
+    forced = Peer(hub, p.V5)
+    forced.connect("f", will=p.Will("wills/f", b"forced", 0, True))
+    forced.session.server_close(320, "Closed via management plugin")
+    assert forced.received[0].code == p.ADMINISTRATIVE_ACTION
+    stopping = Peer(hub, p.V5)
+    stopping.connect("s", will=p.Will("wills/s", b"stopped", 0, True))
+    stopping.session.shutdown()
+    stopping.clock.advance(0)
+    assert stopping.received == [p.Disconnect(p.SERVER_SHUTTING_DOWN)]
+    assert [r.topic for r in hub.retained.matching("/", "wills/#")] == ["wills/f"]
