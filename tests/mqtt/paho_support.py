@@ -31,12 +31,14 @@ class Paho:
         self.disconnect_reason = None
         self.subacks: dict = {}
         self.unsubacks: dict = {}
+        self.pubacks: dict = {}      # mid -> PUBACK reason code (MQTT 5)
         c = self.client
         c.on_connect = self._on_connect
         c.on_message = lambda _c, _u, m: self.messages.append(m)
         c.on_disconnect = self._on_disconnect
         c.on_subscribe = lambda _c, _u, mid, codes, _p: self.subacks.__setitem__(mid, codes)
         c.on_unsubscribe = lambda _c, _u, mid, codes, _p: self.unsubacks.__setitem__(mid, codes)
+        c.on_publish = lambda _c, _u, mid, code, _p: self.pubacks.__setitem__(mid, code)
         if user is not None:
             c.username_pw_set(user, password)
         if will is not None:

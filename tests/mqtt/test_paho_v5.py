@@ -5,12 +5,17 @@ shared subscriptions."""
 
 from __future__ import annotations
 
+import socket
+
 import pika
 from eb_support import pika_connect, uniq, wait_until
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
-from paho_support import V5
+from paho_support import V5, Paho
+
+from exchange_broker.mqtt import codec
+from exchange_broker.mqtt import packets as p
 
 
 def props(kind=PacketTypes.PUBLISH, **values) -> Properties:
@@ -43,6 +48,9 @@ def test_properties_travel_mqtt_to_mqtt_and_no_subscriber_is_reason_0x10(paho):
     assert (pr.ContentType, pr.CorrelationData, pr.ResponseTopic) == ("application/json", b"c-1", "replies/v5-pub")
     assert pr.UserProperty == [("k", "v"), ("k", "w")]
     assert 0 < pr.MessageExpiryInterval <= 60
+    nobody = pub.publish("nobody/listens", b"x", 1)
+    assert wait_until(lambda: nobody.mid in pub.pubacks, 10)
+    assert pub.pubacks[nobody.mid].value == 0x10  # no matching subscribers
 
 
 def test_request_response_with_an_amqp_service(paho, mqtt_broker):
@@ -129,9 +137,6 @@ def test_subscription_identifiers_come_back_with_deliveries(paho):
 
 def test_receive_maximum_limits_unacknowledged_deliveries(mqtt_broker):
     """A raw v5 client with receive maximum 2 that never acks gets 2 deliveries, then more as it acks."""
-    import socket
-    from exchange_broker.mqtt import codec
-    from exchange_broker.mqtt import packets as p
     s = socket.create_connection(("127.0.0.1", mqtt_broker.mqtt_port), timeout=10)
     parser = codec.Parser(version=p.V5, server=False)
     got: list = []
@@ -165,7 +170,6 @@ def test_receive_maximum_limits_unacknowledged_deliveries(mqtt_broker):
 
 
 def paho_publish_many(port: int, topic: str, n: int):
-    from paho_support import Paho
     pub = Paho(port, uniq("pm"), version=V5)
     for i in range(n):
         pub.publish(topic, str(i).encode(), 1)
