@@ -56,6 +56,8 @@ def test_mqtt_connections_are_listed_and_can_be_closed(admin_mqtt):
         assert [c["queue"]["name"] for c in consumers] == ["mqtt-subscription-adm-5qos1"]
         _, overview = api(admin_mqtt, "GET", "/api/overview")
         assert overview["object_totals"]["connections"] == 2
+        with urllib.request.urlopen(admin_mqtt.admin_url + "/metrics", timeout=15) as resp:
+            assert "rabbitmq_connections 2.0" in resp.read().decode()
         status, _ = api(admin_mqtt, "DELETE", "/api/connections/" + quote(by_client["adm-311"]["name"], safe=""))
         assert status == 204
         assert old.disconnected.wait(10)
