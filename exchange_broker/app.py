@@ -169,6 +169,43 @@ async def start_admin(config: Config, broker: Broker, server: BrokerServer):
     return admin
 
 
+async def start_mqtt(config: Config, broker: Broker, durability) -> list:
+    """The MQTT listeners of ``--mqtt-port``, ``--mqtt-ws-port`` and ``--mqtts-port`` (none
+    without them), sharing one hub; retained messages are kept in the store when there is one."""
+    ports = (config.mqtt_port, config.mqtt_ws_port, config.mqtts_port)
+    if all(port is None for port in ports):
+        return []
+    from exchange_broker.mqtt.hub import MQTTHub, MQTTSettings
+    from exchange_broker.mqtt.retained import RetainedStore
+    from exchange_broker.server.mqtt_listener import MQTTServer
+    from exchange_broker.server.mqtt_websocket import MQTTWebSocketProtocol
+    settings = MQTTSettings(max_packet_size=config.mqtt_max_packet_size, vhost=config.mqtt_vhost)
+    retained = RetainedStore()
+    if durability is not None:
+        from exchange_broker.durability.retained_writes import RetainedWrites, stored_retained
+        rows = await asyncio.get_running_loop().run_in_executor(None, stored_retained, durability.store)
+        retained.load(rows)
+        retained.persist = RetainedWrites(durability)
+    hub = MQTTHub(broker, settings, retained)
+    servers = []
+    if config.mqtt_port is not None:
+        servers.append(MQTTServer(hub, config.host, config.mqtt_port))
+    if config.mqtt_ws_port is not None:
+        servers.append(MQTTServer(hub, config.host, config.mqtt_ws_port, what="MQTT over WebSocket",
+                                  protocol=MQTTWebSocketProtocol))
+    if config.mqtts_port is not None:
+        servers.append(MQTTServer(hub, config.host, config.mqtts_port, ssl=config.tls.server_context(),
+                                  what="MQTTS"))
+    for server in servers:
+        try:
+            await server.start()
+        except OSError as exc:
+            raise StartupError(str(exc)) from exc
+        except ValueError as exc:  # TLS files that cannot be loaded
+            raise StartupError(str(exc)) from exc
+    return servers
+
+
 def advertised(host: str) -> str:
     """The address other nodes and the operator reach a listener on: the host's name for a
     wildcard address."""
@@ -186,6 +223,7 @@ class Application:
         self.durability = None
         self.broker: Broker | None = None
         self.server: BrokerServer | None = None
+        self.mqtt: list = []  # server/mqtt_listener.MQTTServer for each MQTT listener
         self.admin = None
         self.should_exit = asyncio.Event()
         self._stopped = False
@@ -243,6 +281,8 @@ class Application:
         self.movers = await start_movers(self.broker, self.store, config.host, self.server.port,
                                           config.cluster_name, self.cluster if config.cluster_mode == "leaders"
                                           and config.cluster else None)
+        self.mqtt = await start_mqtt(config, self.broker, self.durability)
+        self.server.other_listeners += [m.listing for m in self.mqtt]
         self.admin = await start_admin(config, self.broker, self.server)
         if self.admin is not None:
             self.admin.context.movers = self.movers  # shovels and runtime parameters
@@ -383,6 +423,8 @@ class Application:
             await self.admin.stop()
         if self.movers is not None:
             await self.movers.close()
+        for mqtt_server in self.mqtt:
+            await mqtt_server.stop()
         if self.server is not None:
             await self.server.stop()
         if self.durability is not None:

@@ -84,6 +84,19 @@ class Config:
         False, "refuse clients that send no certificate (implies --tls-verify-peer)", group="TLS")
     no_admin_tls: bool = setting(False, "serve the admin API over plain HTTP even when TLS is configured",
                                  group="TLS")
+    # -- MQTT (RabbitMQ's mqtt.listeners.tcp, mqtt.max_packet_size_authenticated, mqtt.vhost) ------
+    mqtt_port: int | None = setting(None, "MQTT 3.1/3.1.1/5.0 port (RabbitMQ's mqtt.listeners.tcp; off unless "
+                                          "given; 0 picks a free port)", group="MQTT", type=int,
+                                    default_text="off")
+    mqtt_ws_port: int | None = setting(None, "MQTT over WebSocket port, path /ws (RabbitMQ's web_mqtt.tcp.port; "
+                                             "off unless given)", group="MQTT", type=int, default_text="off")
+    mqtts_port: int | None = setting(None, "MQTT over TLS port with the --tls-cert/--tls-key files (RabbitMQ's "
+                                           "mqtt.listeners.ssl; off unless given)", group="MQTT", type=int,
+                                     default_text="off")
+    mqtt_max_packet_size: int = setting(268_435_455, "larger MQTT packets close the connection "
+                                        "(RabbitMQ's mqtt.max_packet_size_authenticated)", group="MQTT")
+    mqtt_vhost: str = setting("/", "vhost of MQTT users who do not name one as 'vhost:user' "
+                                   "(RabbitMQ's mqtt.vhost)", group="MQTT")
     # -- store ------------------------------------------------------------------------------------------
     data_dir: str = setting(DEFAULT_DATA_DIR, "directory of the embedded SQLite store", group="store",
                             commands=(SERVE, DB))
@@ -218,6 +231,12 @@ class Config:
         for name in ("max_message_size", "max_connections", "max_channels_per_connection",
                      "consumer_timeout", "queue_window", "handshake_timeout"):
             _check(self, name, 0, None, "a number")
+        for name in ("mqtt_port", "mqtt_ws_port", "mqtts_port"):
+            if getattr(self, name) is not None:
+                _check(self, name, 0, 65535, "a port number")
+        if self.mqtts_port is not None and not (self.tls_cert and self.tls_key):
+            raise ValueError("--mqtts-port needs --tls-cert and --tls-key")
+        _check(self, "mqtt_max_packet_size", 2, 268_435_455, "a packet size")
         _check(self, "frame_max", FRAME_MIN_SIZE, 2 ** 32 - 1, "a frame size")
         _check(self, "stats_sample_interval", 0.1, 3600, "a number of seconds")
         for f in fields(self):

@@ -38,7 +38,8 @@ class ThreadedBroker:
 
     def __init__(self, broker: Broker | None = None, host: str = "127.0.0.1", port: int = 0,
                  limits: dict | None = None, *, admin: bool = False, admin_port: int = 0,
-                 loop: asyncio.AbstractEventLoop | None = None, **server_kwargs) -> None:
+                 loop: asyncio.AbstractEventLoop | None = None, mqtt=None, mqtt_ws: bool = False,
+                 **server_kwargs) -> None:
         self.loop = loop or asyncio.new_event_loop()
         if broker is None:
             broker = build_broker(LoopClock(self.loop))
@@ -52,6 +53,17 @@ class ThreadedBroker:
         # admin HTTP API: admin=True picks a free port; admin_port>0 uses that port; else off
         self.admin = None
         self._admin_port = admin_port if admin_port > 0 else (0 if admin else None)
+        # mqtt: an mqtt.hub.MQTTSettings (or True for the defaults) adds an MQTT listener on a free port
+        # (and, with mqtt_ws=True, MQTT over WebSocket at /ws on another: ``mqtt_ws_port``)
+        self.mqtt = self.mqtt_ws = None
+        if mqtt is not None and mqtt is not False:
+            from exchange_broker.mqtt.hub import MQTTHub, MQTTSettings
+            from exchange_broker.server.mqtt_listener import MQTTServer
+            from exchange_broker.server.mqtt_websocket import MQTTWebSocketProtocol
+            hub = MQTTHub(self.broker, mqtt if isinstance(mqtt, MQTTSettings) else MQTTSettings())
+            self.mqtt = MQTTServer(hub, host, 0)
+            if mqtt_ws:
+                self.mqtt_ws = MQTTServer(hub, host, 0, protocol=MQTTWebSocketProtocol)
         self._thread = threading.Thread(target=self._run, name="broker", daemon=True)
         self._ready = threading.Event()
         self._stopped = asyncio.Event()
@@ -60,6 +72,14 @@ class ThreadedBroker:
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def mqtt_port(self) -> int:
+        return self.mqtt.port if self.mqtt is not None else 0
+
+    @property
+    def mqtt_ws_port(self) -> int:
+        return self.mqtt_ws.port if self.mqtt_ws is not None else 0
 
     @property
     def url(self) -> str:
@@ -87,6 +107,10 @@ class ThreadedBroker:
     async def _main(self) -> None:
         self._stopped = asyncio.Event()
         await self.server.start()
+        for mqtt_server in (self.mqtt, self.mqtt_ws):
+            if mqtt_server is not None:
+                await mqtt_server.start()
+                self.server.other_listeners.append(mqtt_server.listing)
         if self._admin_port is not None:
             from exchange_broker.management.server import AdminServer
             from exchange_broker.movers.start import start_movers
@@ -98,6 +122,9 @@ class ThreadedBroker:
         if self.admin is not None:
             await self.admin.stop()
             await self.admin.context.movers.close()
+        for mqtt_server in (self.mqtt, self.mqtt_ws):
+            if mqtt_server is not None:
+                await mqtt_server.stop()
         await self.server.stop(grace=2.0)
 
     def start(self) -> "ThreadedBroker":

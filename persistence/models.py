@@ -162,6 +162,18 @@ class DelayedMessage(Base):
     created_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+class MqttRetained(Base):
+    """MQTT's retained message of one topic in one vhost (``properties``: the MQTT 5 property
+    block with its length, as MQTT encodes it)."""
+
+    __tablename__ = "mqtt_retained"
+    vhost: Mapped[str] = mapped_column(String, primary_key=True)
+    topic: Mapped[str] = mapped_column(String, primary_key=True)
+    qos: Mapped[int] = mapped_column(SmallInteger, nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    properties: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
 class Policy(Base):
     """A policy or operator policy (``kind``: ``policy`` / ``operator_policy``); ``value_json`` is
     RabbitMQ's runtime parameter value: pattern, apply-to, priority, definition."""
@@ -264,6 +276,7 @@ stream_chunks = StreamChunk.__table__
 delayed_messages = DelayedMessage.__table__
 policies = Policy.__table__
 runtime_parameters = RuntimeParameter.__table__
+mqtt_retained = MqttRetained.__table__
 vhost_limits = VHostLimit.__table__
 user_limits = UserLimit.__table__
 topic_permissions = TopicPermission.__table__

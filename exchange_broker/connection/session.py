@@ -23,6 +23,7 @@ from pamqp import decode as pdecode
 from exchange_broker.connection.channel import Channel
 from exchange_broker.connection.credentials import Credentials
 from exchange_broker.core.auth import User
+from exchange_broker.core.backpressure import BackPressure
 from exchange_broker.core.names import logsafe
 from exchange_broker.protocol import codec
 from exchange_broker.protocol import events as ev
@@ -45,7 +46,7 @@ def certificate_cn(cert: dict | None) -> str | None:
     names = [value for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"]
     return ",".join(names) if names else None
 
-class Session(Credentials):
+class Session(Credentials, BackPressure):
     def __init__(self, broker, write: Callable[[bytes], None], close: Callable[[], None],
                  peer: tuple = ("", 0), *, limits: dict | None = None, name: str = "",
                  set_reading: Callable[[bool], None] = lambda on: None,
@@ -375,16 +376,6 @@ class Session(Credentials):
         self.mark_dirty()
 
     # -- credit flow ----------------------------------------------------------------------------
-    def throttle(self, q) -> None:
-        if q not in self.throttled_by:
-            self.throttled_by.add(q)
-            q.flow_blocked.add(self)
-            self._update_reading()
-
-    def unthrottle(self, q) -> None:
-        self.throttled_by.discard(q)
-        self._update_reading()
-
     def block(self, reason: str) -> None:
         """Resource alarm: tell the client (connection.blocked) and stop reading it."""
         if self.blocked or self.closed:
@@ -415,17 +406,6 @@ class Session(Credentials):
         if want != self.reading:
             self.reading = want
             self._set_reading(want)
-
-    def pause_writing(self) -> None:
-        self.paused = True
-        self.writable = False
-        self._update_reading()
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        self.writable = True
-        self._update_reading()
-        self._redispatch()
 
     def _redispatch(self) -> None:
         queues = {c.queue for ch in self.channels.values() for c in ch.consumers.values()}

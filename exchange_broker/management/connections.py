@@ -29,6 +29,8 @@ def sessions(ctx: AdminContext, who: Principal | None) -> list:
 
 def conn_name(ctx: AdminContext, sess) -> str:
     peer = sess.peer or ("", 0)
+    if hasattr(sess, "admin_info"):  # another protocol's connection (MQTT): its own listener
+        return f"{peer[0]}:{peer[1]} -> {sess.listener_name}"
     listener = ctx.amqp_server
     if listener is not None:
         return f"{peer[0]}:{peer[1]} -> {listener.host}:{listener.port}"
@@ -45,6 +47,8 @@ def _conn_state(sess, state: str) -> str:
 
 
 def conn_info(ctx: AdminContext, sess) -> dict:
+    if hasattr(sess, "admin_info"):  # an MQTT connection describes itself (no AMQP channels)
+        return {"node": NODE, "type": "network", **sess.admin_info()}
     conn = sess.conn
     peer = sess.peer or ("", 0)
     listener = ctx.amqp_server
@@ -127,7 +131,8 @@ def get_channel(ctx: AdminContext, name: str, who: Principal | None = None) -> d
 # ---- consumers ---------------------------------------------------------------------------------
 def consumer_info(ctx: AdminContext, c) -> dict:
     ch = c.channel
-    sess = ch.session
+    sess = ch.session if ch is not None else c.session  # None: an MQTT subscription (no channel)
+    number = ch.number if ch is not None else 0
     cname = conn_name(ctx, sess)
     peer = sess.peer or ("", 0)
     return {
@@ -135,7 +140,7 @@ def consumer_info(ctx: AdminContext, c) -> dict:
         "prefetch_count": c.prefetch, "arguments": to_json(c.arguments), "active": bool(c.active),
         "activity_status": "up" if c.active else "waiting",
         "queue": {"name": c.queue.name, "vhost": c.queue.vhost},
-        "channel_details": {"name": f"{cname} ({ch.number})", "number": ch.number,
+        "channel_details": {"name": f"{cname} ({number})", "number": number,
                             "connection_name": cname, "node": NODE, "peer_host": peer[0],
                             "peer_port": peer[1], "user": sess.user},
     }

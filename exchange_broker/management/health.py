@@ -33,7 +33,7 @@ _ALIASES = {"amqp091": "amqp", "amqp0.9.1": "amqp", "amqp0-9-1": "amqp", "amqp0_
             "amqp10": "amqp", "amqp1.0": "amqp", "amqp1-0": "amqp", "amqp1_0": "amqp",
             "amqps": "amqp/ssl", "http1": "http", "http1.1": "http", "http_api": "http",
             "management": "http", "management_ui": "http", "ui": "http", "cli": "clustering",
-            "distribution": "clustering", "mqtts": "mqtt/ssl", "mqtt+tls": "mqtt/ssl",
+            "distribution": "clustering", "mqtts": "mqtt/ssl", "web-mqtt": "http/web-mqtt", "mqtt+tls": "mqtt/ssl",
             "mqtt+ssl": "mqtt/ssl", "stomps": "stomp/ssl", "stomp+tls": "stomp/ssl",
             "stomp+ssl": "stomp/ssl"}
 
@@ -58,6 +58,7 @@ def listeners(ctx: AdminContext, request: Request | None = None) -> list[dict]:
         if tls is not None and amqp.tls_port:
             out.append({"protocol": "amqp/ssl", "interface": host, "port": amqp.tls_port,
                         "certfile": tls.certfile, "cacertfile": tls.cafile})
+        out += [dict(other) for other in getattr(amqp, "other_listeners", ())]  # MQTT
     if request is not None:
         server = request.scope.get("server") or ("", 0)
         https = request.url.scheme == "https"

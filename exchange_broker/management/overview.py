@@ -86,6 +86,9 @@ def listeners(ctx: AdminContext) -> list[dict]:
         tls_port = getattr(server, "tls_port", None)
         if tls_port:
             out.append({"node": NODE, "protocol": "amqp/ssl", "ip_address": server.host, "port": tls_port})
+        for other in getattr(server, "other_listeners", ()):  # MQTT
+            out.append({"node": NODE, "protocol": other["protocol"], "ip_address": other["interface"],
+                        "port": other["port"]})
     return out
 
 

@@ -46,7 +46,9 @@ def unacked_by_queue(broker) -> dict:
     """Per queue (by id): (unacknowledged messages, their bytes), from the channels holding them."""
     out: dict = {}
     for sess in list(broker.sessions):
-        for ch in list(sess.channels.values()):
+        # an MQTT connection holds its unacknowledged deliveries itself (it has no channels)
+        holders = list(sess.channels.values()) or ([sess] if hasattr(sess, "admin_info") else [])
+        for ch in holders:
             for entry in list(ch.unacked.values()):
                 msg = entry[0]
                 q = getattr(msg, "queue", None)

@@ -26,7 +26,29 @@ WRITE_HIGH_WATER = 4 * 1024 * 1024  # transport buffer above which a session sto
 PROXY_LINE_MAX = 107  # the longest PROXY protocol v1 line, CRLF included
 
 
-class AMQPProtocol(asyncio.Protocol):
+class SessionProtocol(asyncio.Protocol):
+    """What every client protocol of the broker (AMQP here, MQTT in ``mqtt_listener.py``) does
+    the same way: hand the transport's flow control to its session, close on request, and never
+    half-close on EOF."""
+
+    transport: asyncio.Transport | None
+    session: object
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def pause_writing(self) -> None:
+        self.session.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.session.resume_writing()
+
+
+class AMQPProtocol(SessionProtocol):
     def __init__(self, server: "BrokerServer") -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
@@ -65,10 +87,6 @@ class AMQPProtocol(asyncio.Protocol):
             self.last_read = time.monotonic()
         else:
             t.pause_reading()
-
-    def _close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
 
     def _linger_close(self, seconds: float) -> None:
         """Close once what was written is out and the peer hung up, at the latest after ``seconds``.
@@ -125,9 +143,6 @@ class AMQPProtocol(asyncio.Protocol):
                 self.session.name = f"{client[0]}:{client[1]}"
         return head[end + 2:]
 
-    def eof_received(self) -> bool:
-        return False
-
     def connection_lost(self, exc: Exception | None) -> None:
         if self._linger_timer is not None:
             self._linger_timer.cancel()
@@ -136,12 +151,6 @@ class AMQPProtocol(asyncio.Protocol):
         if self.session is not None:
             self.session.connection_lost()
         self.transport = None
-
-    def pause_writing(self) -> None:
-        self.session.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.session.resume_writing()
 
     def tick(self, now: float) -> None:
         """Once a second: heartbeats out, dead peers and stalled handshakes dropped."""
@@ -184,6 +193,9 @@ class BrokerServer:
         self.handshake_timeout = handshake_timeout
         self.protocols: set[AMQPProtocol] = set()
         self.monitor = monitor  # resource alarms, checked every tick
+        # the node's other protocols' listeners, as the admin API lists them: dicts of protocol
+        # ("mqtt", "mqtt/ssl", "http/web-mqtt"), interface and port (app.py adds them)
+        self.other_listeners: list[dict] = []
         # a cluster node's check before it reads from or writes to a client (ClusterNode.guard)
         self.guard = None
         self._server: asyncio.base_events.Server | None = None
@@ -243,17 +255,23 @@ class BrokerServer:
             if proto.session is not None and proto.session.conn.state == "opened":
                 proto.session.server_close(CONNECTION_FORCED, "broker shutdown")
         await asyncio.sleep(0)  # the sessions' flushes (scheduled on the loop) send those closes
-        deadline = time.monotonic() + grace
-        while self.protocols and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        for proto in list(self.protocols):
-            proto._close()
+        await drain(self.protocols, grace)
         if self._ticker is not None:
             self._ticker.cancel()
         if self._server is not None:
             await self._server.wait_closed()
         if self._tls_server is not None:
             await self._tls_server.wait_closed()
+
+
+async def drain(protocols: set, grace: float) -> None:
+    """After the closes were sent: wait up to ``grace`` s for the clients to hang up, then cut
+    the ones left."""
+    deadline = time.monotonic() + grace
+    while protocols and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    for proto in list(protocols):
+        proto._close()
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ TABLES = {
     "vhosts", "users", "permissions", "exchanges", "queues", "bindings", "messages", "stream_offsets",
     "delayed_messages", "policies", "vhost_limits", "user_limits", "topic_permissions",
     "cluster_nodes", "queue_leases", "cluster_counters", "stream_chunks", "runtime_parameters",
+    "mqtt_retained",
 }
 
 
