@@ -48,7 +48,6 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         self.prefetch = 0            # basic.qos global=false: limit for each new consumer
         self.global_prefetch = 0     # basic.qos global=true: limit shared by the channel
         self.global_unacked = 0
-        self.flow_active = True
         self.closed = False
         self._confirm_init()
         self._tx_init()
@@ -78,11 +77,11 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         pass
 
     def _channel_flow(self, m) -> None:
-        self.flow_active = bool(m.active)
-        self.reply(C.FlowOk(active=self.flow_active))
-        if self.flow_active:
-            for c in list(self.consumers.values()):
-                c.queue.dispatch()
+        # RabbitMQ never stops deliveries for a client's channel.flow: active=true is answered,
+        # active=false refused with 540 (rabbit_channel's handle_method for channel.flow)
+        if not m.active:
+            raise AMQPError(NOT_IMPLEMENTED, "active=false", hard=True)
+        self.reply(C.FlowOk(active=True))
 
     # -- delivery: the one routine ------------------------------------------------------------------
     def delivery_sink(self, consumer: Consumer):
