@@ -36,22 +36,29 @@ class DefinitionMethods:
             return
         self.session.conn.send_method(self.number, method)
 
-    def _defer_reply(self, reply, class_id: int, method_id: int) -> bool:
+    def _defer_reply(self, reply, class_id: int, method_id: int, slot=None) -> bool:
         """Hold a definition reply (a method, or raw frame bytes) until the definition is stored."""
         pending = self.session.broker.durability.pending_definition
         if pending is None or pending.done:
             return False
-        self.reply_when_stored([pending], reply, class_id, method_id, "could not store the definition")
+        self.reply_when_stored([pending], reply, class_id, method_id, "could not store the definition", slot)
         return True
 
-    def reply_when_stored(self, waiters: list, reply, class_id: int, method_id: int, failure: str) -> None:
+    def reply_in(self, slot, method) -> None:
+        """``method`` into a place of the channel's output held before it was made (``conn.hold``),
+        once its definition is stored."""
+        if not self._defer_reply(method, method.index >> 16, (method.index & 0xFFFF) - 1, slot):
+            self.session.conn.fill(slot, codec.method_frame(self.number, method))
+
+    def reply_when_stored(self, waiters: list, reply, class_id: int, method_id: int, failure: str,
+                          slot=None) -> None:
         """Send ``reply`` (a method, or raw frame bytes) once every durability waiter has fired;
         if one failed, close the connection with 541 ``failure`` instead.
 
         The reply's place in the channel's output is held meanwhile: later replies and deliveries
         on this channel, its close-ok and the connection's close-ok go out after it, in request
         order (and it is sent even if the client closed the channel since)."""
-        state = [len(waiters), True, self.session.conn.hold(self.number), reply, class_id, method_id,
+        state = [len(waiters), True, slot or self.session.conn.hold(self.number), reply, class_id, method_id,
                  failure]
         for waiter in waiters:
             waiter.add(self._stored, state)
@@ -179,6 +186,15 @@ class DefinitionMethods:
             if not m.nowait:
                 self.reply_when_stored([done], ok, 50, 40, q.leader_error)
             return
-        count = sess.vhost.delete_queue(name, m.if_unused, m.if_empty, sess)
-        if not m.nowait:
-            self.reply(Q.DeleteOk(count))
+        if m.nowait:
+            sess.vhost.delete_queue(name, m.if_unused, m.if_empty, sess)
+            return
+        # delete-ok goes before the basic.cancel of this channel's consumers of the queue, as
+        # RabbitMQ sends them (a client closing the channel on the cancel still gets the reply)
+        slot = sess.conn.hold(self.number)
+        try:
+            count = sess.vhost.delete_queue(name, m.if_unused, m.if_empty, sess)
+        except BaseException:
+            sess.conn.fill(slot)
+            raise
+        self.reply_in(slot, Q.DeleteOk(count))
