@@ -11,7 +11,7 @@ from __future__ import annotations
 from pamqp import commands
 
 from exchange_broker.core import permissions as perms
-from exchange_broker.core.names import generated
+from exchange_broker.core.names import generated, strip_cr_lf
 from exchange_broker.core.reply_to import PSEUDO_QUEUE
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.constants import INTERNAL_ERROR, NOT_FOUND
@@ -90,8 +90,9 @@ class DefinitionMethods:
             return self.last_queue
         return name
 
-    # -- exchange.* ---------------------------------------------------------------------------------
+    # -- exchange.* (names lose CR and LF in declare, delete and bindings: core/names.strip_cr_lf) --
     def _exchange_declare(self, m) -> None:
+        m.exchange = strip_cr_lf(m.exchange)
         sess = self.session
         perms.exchange_declare(sess, m)
         sess.vhost.declare_exchange(m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete,
@@ -100,12 +101,14 @@ class DefinitionMethods:
             self.reply(E.DeclareOk())
 
     def _exchange_delete(self, m) -> None:
+        m.exchange = strip_cr_lf(m.exchange)
         perms.exchange_delete(self.session, m.exchange)
         self.session.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.reply(E.DeleteOk())
 
     def _exchange_bind(self, m) -> None:
+        m.source, m.destination = strip_cr_lf(m.source), strip_cr_lf(m.destination)
         sess = self.session
         perms.binding(sess, "exchange", m.destination, m.source, m.routing_key)
         sess.vhost.bind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 30, sess)
@@ -113,6 +116,7 @@ class DefinitionMethods:
             self.reply(E.BindOk())
 
     def _exchange_unbind(self, m) -> None:
+        m.source, m.destination = strip_cr_lf(m.source), strip_cr_lf(m.destination)
         sess = self.session
         perms.binding(sess, "exchange", m.destination, m.source, m.routing_key)
         sess.vhost.unbind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 40,
@@ -122,10 +126,16 @@ class DefinitionMethods:
 
     # -- queue.* ------------------------------------------------------------------------------------
     def _queue_declare(self, m) -> None:
+        m.queue = strip_cr_lf(m.queue)
         sess = self.session
-        if m.queue == PSEUDO_QUEUE and m.passive:
+        if m.queue.startswith(PSEUDO_QUEUE):
+            # every declare of direct reply-to is passive (rabbit_channel): the pseudo-queue
+            # exists with one consumer, a reply address while its channel consumes
+            if not sess.broker.reply_to.exists(m.queue):
+                raise AMQPError(NOT_FOUND, f"no queue '{m.queue}' in vhost '{sess.vhost.name}'", 50, 10,
+                                hard=False)
             if not m.nowait:
-                self.reply(Q.DeclareOk(PSEUDO_QUEUE, 0, 0))
+                self.reply(Q.DeclareOk(m.queue, 0, 1))
             return
         server_name = None
         if not m.passive:
@@ -142,6 +152,7 @@ class DefinitionMethods:
                 sess.conn.send_raw(frame)
 
     def _queue_bind(self, m) -> None:
+        m.exchange, m.queue = strip_cr_lf(m.exchange), strip_cr_lf(m.queue)
         sess = self.session
         rk = m.routing_key
         name = self.queue_name(m.queue, 50, 20)
@@ -153,6 +164,7 @@ class DefinitionMethods:
             self.reply(Q.BindOk())
 
     def _queue_unbind(self, m) -> None:
+        m.exchange, m.queue = strip_cr_lf(m.exchange), strip_cr_lf(m.queue)
         sess = self.session
         name = self.queue_name(m.queue, 50, 50)
         perms.binding(sess, "queue", name, m.exchange, m.routing_key)
@@ -175,6 +187,7 @@ class DefinitionMethods:
             self.reply(Q.PurgeOk(count))
 
     def _queue_delete(self, m) -> None:
+        m.queue = strip_cr_lf(m.queue)
         sess = self.session
         name = self.queue_name(m.queue, 50, 40)
         perms.check(sess, perms.CONFIGURE, "queue", name)

@@ -4,6 +4,8 @@ and checks the broker does the same, over a real socket (raw frames where pika h
 
 from __future__ import annotations
 
+import struct
+
 import pika
 import pytest
 from pamqp import commands as C
@@ -13,16 +15,22 @@ from eb_support import RawClient, uniq, wait_until
 CAPS = {"capabilities": {"authentication_failure_close": True, "consumer_cancel_notify": True}}
 
 
+def _consumed_queue(client: RawClient) -> str:
+    """A new queue with consumer "ct" on channel 1."""
+    queue = uniq("qdel")
+    client.send(1, C.Queue.Declare(queue=queue))
+    client.expect_next(C.Queue.DeclareOk)
+    client.send(1, C.Basic.Consume(queue=queue, consumer_tag="ct"))
+    client.expect_next(C.Basic.ConsumeOk)
+    return queue
+
+
 def test_queue_delete_ok_comes_before_the_cancel_of_a_consumer_on_the_same_channel(broker):
     # rabbit_channel replies delete-ok, the queue's cancel notification follows; clients that close
     # the channel on basic.cancel (amqplib's suite) otherwise lose the reply
     client = RawClient(broker.port, open_channel=1, client_properties=CAPS)
     try:
-        queue = uniq("qdel")
-        client.send(1, C.Queue.Declare(queue=queue))
-        client.expect_next(C.Queue.DeclareOk)
-        client.send(1, C.Basic.Consume(queue=queue, consumer_tag="ct"))
-        client.expect_next(C.Basic.ConsumeOk)
+        queue = _consumed_queue(client)
         client.send(1, C.Queue.Delete(queue=queue))
         assert client.expect_next(C.Queue.DeleteOk, channel=1).message_count == 0
         assert client.expect_next(C.Basic.Cancel, channel=1).consumer_tag == "ct"
@@ -56,11 +64,7 @@ def test_queue_delete_ok_first_for_a_durable_queue_in_a_sqlite_store(spawn_broke
 def test_queue_delete_of_a_consumed_queue_with_if_unused_is_still_406(broker):
     client = RawClient(broker.port, open_channel=1, client_properties=CAPS)
     try:
-        queue = uniq("qdel")
-        client.send(1, C.Queue.Declare(queue=queue))
-        client.expect_next(C.Queue.DeclareOk)
-        client.send(1, C.Basic.Consume(queue=queue, consumer_tag="ct"))
-        client.expect_next(C.Basic.ConsumeOk)
+        queue = _consumed_queue(client)
         client.send(1, C.Queue.Delete(queue=queue, if_unused=True))
         close = client.expect_next(C.Channel.Close)
         assert close.reply_code == 406
@@ -89,3 +93,66 @@ def test_refused_login_with_failure_close_capability_is_403(broker):
         assert "Login was refused" in close.reply_text
     finally:
         client.close()
+
+
+def _short(text: str) -> bytes:
+    raw = text.encode()
+    return bytes([len(raw)]) + raw
+
+
+def _method(channel: int, class_id: int, method_id: int, args: bytes) -> bytes:
+    """A method frame written by hand: pamqp refuses to encode names with CR/LF."""
+    payload = struct.pack(">HH", class_id, method_id) + args
+    return struct.pack(">BHI", 1, channel, len(payload)) + payload + b"\xce"
+
+
+NO_ARGS = b"\x00\x00\x00\x00"
+
+
+def test_cr_and_lf_are_dropped_from_names_as_rabbitmq_does(broker):
+    # rabbit_channel:strip_cr_lf on queue.declare/delete, exchange.declare/delete and both names of
+    # a binding: "a\r\nb" is "ab"; a passive declare of the stripped name finds it
+    client = RawClient(broker.port, open_channel=1)
+    try:
+        queue, exchange = uniq("crlf"), uniq("crlfx")
+        q_crlf, x_crlf = queue[:3] + "\r\n" + queue[3:], exchange[:2] + "\n" + exchange[2:] + "\r"
+        client.send_raw(_method(1, 50, 10, b"\x00\x00" + _short(q_crlf) + b"\x00" + NO_ARGS))
+        assert client.expect_next(C.Queue.DeclareOk).queue == queue
+        client.send_raw(_method(1, 40, 10, b"\x00\x00" + _short(x_crlf) + _short("fanout") + b"\x00" + NO_ARGS))
+        client.expect_next(C.Exchange.DeclareOk)
+        client.send_raw(_method(1, 50, 20, b"\x00\x00" + _short(q_crlf) + _short(x_crlf) + _short("") + b"\x00"
+                                + NO_ARGS))
+        client.expect_next(C.Queue.BindOk)
+        client.publish(1, exchange, "any", b"through the stripped names")
+        assert wait_until(lambda: (client.send(1, C.Queue.Declare(queue=queue, passive=True)),
+                                   client.expect_next(C.Queue.DeclareOk).message_count)[1] == 1)
+        client.send_raw(_method(1, 40, 20, b"\x00\x00" + _short(x_crlf) + b"\x00"))
+        client.expect_next(C.Exchange.DeleteOk)
+        client.send_raw(_method(1, 50, 40, b"\x00\x00" + _short(q_crlf) + b"\x00"))
+        assert client.expect_next(C.Queue.DeleteOk).message_count == 1
+        client.close_connection()
+    finally:
+        client.close()
+
+
+def test_declares_of_direct_reply_to_are_passive_as_in_rabbitmq(connect):
+    # rabbit_channel: any queue.declare of amq.rabbitmq.reply-to* is passive; the pseudo-queue
+    # exists with one consumer; a reply address while its channel consumes, else 404
+    conn = connect()
+    ch = conn.channel()
+    for passive in (True, False):
+        ok = ch.queue_declare("amq.rabbitmq.reply-to", passive=passive).method
+        assert (ok.queue, ok.message_count, ok.consumer_count) == ("amq.rabbitmq.reply-to", 0, 1)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        conn.channel().queue_declare("amq.rabbitmq.reply-to.unknown", passive=True)
+    assert info.value.reply_code == 404
+    assert info.value.reply_text == "NOT_FOUND - no queue 'amq.rabbitmq.reply-to.unknown' in vhost '/'"
+    # a live reply address: the client's own, as a server sees it in reply_to
+    server = conn.channel()
+    server_q = server.queue_declare("", exclusive=True).method.queue
+    ch.basic_consume("amq.rabbitmq.reply-to", lambda *a: None, auto_ack=True)
+    ch.basic_publish("", server_q, b"request", pika.BasicProperties(reply_to="amq.rabbitmq.reply-to"))
+    method, props, _ = wait_until(lambda: (lambda got: got if got[0] else None)(server.basic_get(server_q, True)))
+    assert props.reply_to.startswith("amq.rabbitmq.reply-to.")
+    ok = server.queue_declare(props.reply_to, passive=True).method
+    assert (ok.queue, ok.message_count, ok.consumer_count) == (props.reply_to, 0, 1)
