@@ -156,3 +156,86 @@ def test_declares_of_direct_reply_to_are_passive_as_in_rabbitmq(connect):
     assert props.reply_to.startswith("amq.rabbitmq.reply-to.")
     ok = server.queue_declare(props.reply_to, passive=True).method
     assert (ok.queue, ok.message_count, ok.consumer_count) == (props.reply_to, 0, 1)
+
+
+def test_consumer_x_priority_void_is_406(broker):
+    # rabbit_amqqueue's consumer argument check: x-priority must be an integer, void included
+    client = RawClient(broker.port, open_channel=1)
+    try:
+        client.send(1, C.Queue.Declare(queue="prio-void"))
+        client.expect_next(C.Queue.DeclareOk)
+        client.send(1, C.Basic.Consume(queue="prio-void", arguments={"x-priority": None}))
+        close = client.expect_next(C.Channel.Close)
+        assert (close.reply_code, close.class_id, close.method_id) == (406, 60, 20)
+        assert close.reply_text.endswith('"expected integer, got void"')
+    finally:
+        client.close()
+
+
+def _gets(ch, queue: str, n: int) -> list[int]:
+    tags = []
+    for _ in range(n):
+        method = wait_until(lambda: ch.basic_get(queue)[0])
+        tags.append(method.delivery_tag)
+    return tags
+
+
+def _ready(conn, queue: str) -> int:
+    ch = conn.channel()
+    try:
+        return ch.queue_declare(queue, passive=True).method.message_count
+    finally:
+        ch.close()
+
+
+@pytest.fixture
+def tx_queue(connect):
+    """(connection, transactional channel, queue holding a, b, c)."""
+    conn = connect()
+    ch = conn.channel()
+    queue = ch.queue_declare(uniq("tx"), exclusive=True).method.queue
+    for body in (b"a", b"b", b"c"):
+        ch.basic_publish("", queue, body)
+    ch.tx_select()
+    return conn, ch, queue
+
+
+def test_an_ack_twice_in_a_transaction_is_406_at_the_second(tx_queue):
+    # rabbit_channel collects acks out of the unacked queue when they come, tx or not
+    conn, ch, queue = tx_queue
+    [tag] = _gets(ch, queue, 1)
+    ch.basic_ack(tag)
+    ch.basic_ack(tag)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.tx_commit()
+    assert (info.value.reply_code, info.value.reply_text) == (406, f"PRECONDITION_FAILED - unknown delivery tag {tag}")
+
+
+def test_basic_recover_in_a_transaction_leaves_the_acked_deliveries_to_the_commit(tx_queue):
+    conn, ch, queue = tx_queue
+    tags = _gets(ch, queue, 3)
+    ch.basic_ack(tags[0])
+    ch.basic_recover(requeue=True)  # b and c go back; a waits for the commit
+    ch.tx_commit()
+    assert wait_until(lambda: _ready(conn, queue) == 2)
+
+
+def test_tx_rollback_makes_the_acked_deliveries_outstanding_again(tx_queue):
+    conn, ch, queue = tx_queue
+    tags = _gets(ch, queue, 3)
+    ch.basic_ack(tags[1])
+    ch.basic_reject(tags[0], requeue=False)
+    ch.tx_rollback()
+    ch.basic_ack(tags[1])  # known again
+    ch.tx_commit()
+    assert _ready(conn, queue) == 0
+    ch.close()  # a and c were never settled: requeued
+    assert wait_until(lambda: _ready(conn, queue) == 2)
+
+
+def test_closing_a_channel_with_uncommitted_acks_requeues_those_deliveries(tx_queue):
+    conn, ch, queue = tx_queue
+    tags = _gets(ch, queue, 3)
+    ch.basic_ack(tags[2], multiple=True)
+    ch.close()
+    assert wait_until(lambda: _ready(conn, queue) == 3)
