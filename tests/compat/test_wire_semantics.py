@@ -239,3 +239,33 @@ def test_closing_a_channel_with_uncommitted_acks_requeues_those_deliveries(tx_qu
     ch.basic_ack(tags[2], multiple=True)
     ch.close()
     assert wait_until(lambda: _ready(conn, queue) == 3)
+
+
+def _drain(ch, queue: str) -> list:
+    out = []
+    while True:
+        method, props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            return out
+        out.append((body, props.headers))
+
+
+def test_cc_and_bcc_keys_are_matched_at_every_exchange_through_e2e_bindings(connect):
+    # rabbit_exchange:route matches all of a message's routing keys (its own, CC, BCC) at each
+    # exchange it passes, bound exchanges included; BCC is removed from what is delivered
+    ch = connect().channel()
+    src, dst = uniq("cc-src"), uniq("cc-dst")
+    ch.exchange_declare(src, "direct", auto_delete=True)
+    ch.exchange_declare(dst, "direct", auto_delete=True)
+    ch.exchange_bind(dst, src, routing_key="k2")
+    queues = {}
+    for key in ("k1", "k2", "k3"):
+        queues[key] = ch.queue_declare("", exclusive=True).method.queue
+        ch.queue_bind(queues[key], dst, key)
+    ch.basic_publish(src, "k1", b"m", pika.BasicProperties(headers={"CC": ["k2"], "BCC": ["k3"]}))
+    ch.basic_publish(src, "k2", b"m2", pika.BasicProperties(headers={"CC": ["k3"]}))
+    ch.basic_publish(src, "k1", b"m3", pika.BasicProperties(headers={"CC": ["k3"]}))  # no key passes src
+    assert wait_until(lambda: ch.queue_declare(queues["k1"], passive=True).method.message_count == 1)
+    assert _drain(ch, queues["k1"]) == [(b"m", {"CC": ["k2"]})]
+    assert _drain(ch, queues["k2"]) == [(b"m", {"CC": ["k2"]}), (b"m2", {"CC": ["k3"]})]
+    assert _drain(ch, queues["k3"]) == [(b"m", {"CC": ["k2"]}), (b"m2", {"CC": ["k3"]})]
