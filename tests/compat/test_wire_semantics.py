@@ -5,6 +5,7 @@ and checks the broker does the same, over a real socket (raw frames where pika h
 from __future__ import annotations
 
 import struct
+import time
 
 import pika
 import pytest
@@ -269,3 +270,64 @@ def test_cc_and_bcc_keys_are_matched_at_every_exchange_through_e2e_bindings(conn
     assert _drain(ch, queues["k1"]) == [(b"m", {"CC": ["k2"]})]
     assert _drain(ch, queues["k2"]) == [(b"m", {"CC": ["k2"]}), (b"m2", {"CC": ["k3"]})]
     assert _drain(ch, queues["k3"]) == [(b"m", {"CC": ["k2"]}), (b"m2", {"CC": ["k3"]})]
+
+
+def _consume_for(conn, seconds: float = 0.5) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+
+
+def test_a_ttl_of_0_reaches_a_consumer_that_can_take_it_now(connect):
+    # rabbit_amqqueue_process:deliver_or_enqueue tries a consumer before the TTL applies: with
+    # prefetch 1 the first message is delivered, the others expire (dead-lettered) at once
+    conn = connect()
+    ch = conn.channel()
+    dead = ch.queue_declare("", exclusive=True).method.queue
+    queue = ch.queue_declare("", exclusive=True, arguments={
+        "x-message-ttl": 0, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead}).method.queue
+    ch.basic_publish("", queue, b"nobody waits")
+    assert wait_until(lambda: _ready(conn, dead) == 1)
+    got = []
+    ch.basic_qos(prefetch_count=1)
+    ch.basic_consume(queue, lambda c, m, p, b: got.append(b))
+    for i in range(3):
+        ch.basic_publish("", queue, b"w%d" % i)
+    # a per-message expiration of 0 likewise, to a consumer without a prefetch limit
+    other = conn.channel()
+    plain = other.queue_declare("", exclusive=True).method.queue
+    other.basic_consume(plain, lambda c, m, p, b: got.append((b, p.expiration)), auto_ack=True)
+    for i in range(3):
+        other.basic_publish("", plain, b"e%d" % i, pika.BasicProperties(expiration="0"))
+    _consume_for(conn)
+    assert wait_until(lambda: (conn.process_data_events(0.05), len(got))[1] == 4)
+    assert got == [b"w0"] + [(b"e%d" % i, "0") for i in range(3)]
+    assert [b for b, _ in _drain(ch, dead)] == [b"nobody waits", b"w1", b"w2"]
+
+
+@pytest.mark.parametrize("dead_letter", [False, True])
+def test_x_max_length_applies_again_after_a_requeue(connect, dead_letter):
+    # rabbit_amqqueue_process:requeue_and_run calls maybe_drop_head: the requeued messages at the
+    # head go (dead-lettered with reason maxlen when the queue has a DLX)
+    conn = connect()
+    ch = conn.channel()
+    args = {"x-max-length": 2}
+    dead = ch.queue_declare("", exclusive=True).method.queue
+    if dead_letter:
+        args.update({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead})
+    queue = ch.queue_declare("", exclusive=True, arguments=args).method.queue
+    ch.basic_publish("", queue, b"1")
+    ch.basic_publish("", queue, b"2")
+    _gets(ch, queue, 2)  # now unacked: the queue holds none ready
+    ch.basic_publish("", queue, b"3")
+    ch.basic_publish("", queue, b"4")
+    assert wait_until(lambda: _ready(conn, queue) == 2)
+    ch.basic_nack(0, multiple=True, requeue=True)
+    assert wait_until(lambda: _ready(conn, queue) == 2)
+    assert [b for b, _ in _drain(ch, queue)] == [b"3", b"4"]
+    dead_lettered = _drain(ch, dead)
+    if dead_letter:
+        assert [(b, [(d["reason"], d["count"]) for d in h["x-death"]]) for b, h in dead_lettered] == \
+            [(b"1", [("maxlen", 1)]), (b"2", [("maxlen", 1)])]
+    else:
+        assert dead_lettered == []
