@@ -34,6 +34,14 @@ def _need(tool: str, what: str) -> str:
     return path
 
 
+def _need_library(interpreter: str, check: list[str], what: str, package: str) -> str:
+    """The interpreter's path, once ``interpreter *check`` shows the client library loads."""
+    path = _need(interpreter, what)
+    if subprocess.run([path, *check], capture_output=True).returncode:
+        pytest.skip(f"{what} is not installed (Debian: {package})")
+    return path
+
+
 def _expect_roundtrip(lines: list[str], queue: str, word: str) -> None:
     """What every client script prints: connected, declared, confirmed, three deliveries, deleted."""
     assert lines[0] == "connected exchange-broker"
@@ -45,9 +53,7 @@ def _expect_roundtrip(lines: list[str], queue: str, word: str) -> None:
 
 def test_perl_anyevent_rabbitmq(broker):
     # Net::AMQP opens with AMQP 0-9's protocol header (tests/compat/test_protocol_0_9.py)
-    perl = _need("perl", "AnyEvent::RabbitMQ")
-    if subprocess.run([perl, "-MAnyEvent::RabbitMQ", "-e1"], capture_output=True).returncode:
-        pytest.skip("AnyEvent::RabbitMQ is not installed (Debian: libanyevent-rabbitmq-perl)")
+    perl = _need_library("perl", ["-MAnyEvent::RabbitMQ", "-e1"], "AnyEvent::RabbitMQ", "libanyevent-rabbitmq-perl")
     queue = uniq("perl")
     lines = _run([perl, str(CLIENTS / "anyevent_rabbitmq.pl"), "127.0.0.1", str(broker.port), queue])
     assert lines[:2] == ["connected exchange-broker", f"declared {queue}"]
@@ -73,9 +79,7 @@ def test_c_amqp_tools(broker):
 
 
 def test_ruby_bunny(broker):
-    ruby = _need("ruby", "Bunny")
-    if subprocess.run([ruby, "-e", "require 'bunny'"], capture_output=True).returncode:
-        pytest.skip("Bunny is not installed (Debian: ruby-bunny)")
+    ruby = _need_library("ruby", ["-e", "require 'bunny'"], "Bunny", "ruby-bunny")
     queue = uniq("ruby")
     lines = _run([ruby, str(CLIENTS / "bunny.rb"), "127.0.0.1", str(broker.port), queue])
     assert lines == ["connected exchange-broker", f"declared {queue}", "confirmed true"] + \
@@ -83,9 +87,7 @@ def test_ruby_bunny(broker):
 
 
 def test_php_amqplib(broker):
-    php = _need("php", "php-amqplib")
-    if subprocess.run([php, "-r", "require 'PhpAmqpLib/autoload.php';"], capture_output=True).returncode:
-        pytest.skip("php-amqplib is not installed (Debian: php-amqplib)")
+    php = _need_library("php", ["-r", "require 'PhpAmqpLib/autoload.php';"], "php-amqplib", "php-amqplib")
     queue = uniq("php")
     _expect_roundtrip(_run([php, str(CLIENTS / "amqplib.php"), "127.0.0.1", str(broker.port), queue]), queue, "php")
 
