@@ -331,3 +331,35 @@ def test_x_max_length_applies_again_after_a_requeue(connect, dead_letter):
             [(b"1", [("maxlen", 1)]), (b"2", [("maxlen", 1)])]
     else:
         assert dead_lettered == []
+
+
+def _ttl_table(kind: bytes, packed: bytes) -> bytes:
+    entry = _short("x-message-ttl") + kind + packed
+    return struct.pack(">I", len(entry)) + entry
+
+
+@pytest.mark.parametrize("kind,packed,equivalent", [
+    (b"l", struct.pack(">q", 1000), True),       # long long
+    (b"s", struct.pack(">h", 1000), True),       # short
+    (b"u", struct.pack(">H", 1000), True),       # unsigned short
+    (b"i", struct.pack(">I", 1000), True),       # unsigned int
+    (b"d", struct.pack(">d", 1000.0), False),    # double: another type class
+    (b"f", struct.pack(">f", 1000.0), False),    # float
+])
+def test_redeclare_with_x_message_ttl_of_another_type(broker, kind, packed, equivalent):
+    # rabbit_misc:assert_args_equivalence compares type classes: every integer type is one, so
+    # 1000 as a long is the signed int 1000; 1000.0 is not
+    queue = uniq("ttl-type")
+    client = RawClient(broker.port, open_channel=1)
+    try:
+        client.send_raw(_method(1, 50, 10, b"\x00\x00" + _short(queue) + b"\x00" + _ttl_table(b"I", struct.pack(">i", 1000))))
+        client.expect_next(C.Queue.DeclareOk)
+        client.send_raw(_method(1, 50, 10, b"\x00\x00" + _short(queue) + b"\x00" + _ttl_table(kind, packed)))
+        if equivalent:
+            client.expect_next(C.Queue.DeclareOk)
+        else:
+            close = client.expect_next(C.Channel.Close)
+            assert close.reply_code == 406
+            assert close.reply_text.startswith(f"PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue '{queue}'")
+    finally:
+        client.close()
