@@ -363,3 +363,54 @@ def test_redeclare_with_x_message_ttl_of_another_type(broker, kind, packed, equi
             assert close.reply_text.startswith(f"PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue '{queue}'")
     finally:
         client.close()
+
+
+def test_consumers_under_prefetch_1_take_turns(broker):
+    # RabbitMQ's round robin among the consumers that can take a message (rabbit_queue_consumers):
+    # with prefetch 1 each and every delivery acked as it comes, A and B alternate
+    client = RawClient(broker.port)
+    try:
+        for ch in (1, 2, 3):
+            client.send(ch, C.Channel.Open())
+            client.expect_next(C.Channel.OpenOk)
+        queue = uniq("fair")
+        client.send(3, C.Queue.Declare(queue=queue, exclusive=True))
+        client.expect_next(C.Queue.DeclareOk)
+        for ch, tag in ((1, "A"), (2, "B")):
+            client.send(ch, C.Basic.Qos(prefetch_count=1))
+            client.expect_next(C.Basic.QosOk)
+            client.send(ch, C.Basic.Consume(queue=queue, consumer_tag=tag))
+            client.expect_next(C.Basic.ConsumeOk)
+        for i in range(10):
+            client.publish(3, "", queue, b"%d" % i)
+        order = []
+        while len(order) < 10:
+            ch, frame = client.next()
+            if isinstance(frame, C.Basic.Deliver):
+                order.append(frame.consumer_tag)
+                client.send(ch, C.Basic.Ack(delivery_tag=frame.delivery_tag))
+        assert "".join(order) == "AB" * 5
+        client.close_connection()
+    finally:
+        client.close()
+
+
+def test_no_ack_deliveries_do_not_count_against_basic_qos(connect):
+    # rabbit_limiter counts only deliveries that wait for an ack: a no-ack consumer takes every
+    # message whatever the channel's prefetch (per consumer or global), and leaves the ack
+    # consumer of the same channel its own credit
+    conn = connect()
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=1, global_qos=True)
+    no_ack_q = ch.queue_declare("", exclusive=True).method.queue
+    ack_q = ch.queue_declare("", exclusive=True).method.queue
+    for i in range(3):
+        ch.basic_publish("", no_ack_q, b"n%d" % i)
+        ch.basic_publish("", ack_q, b"a%d" % i)
+    assert wait_until(lambda: _ready(conn, ack_q) == 3)
+    got = []
+    ch.basic_consume(no_ack_q, lambda c, m, p, b: got.append(b), auto_ack=True)
+    ch.basic_consume(ack_q, lambda c, m, p, b: got.append(b), auto_ack=False)
+    assert wait_until(lambda: (conn.process_data_events(0.05), len(got))[1] >= 4)
+    _consume_for(conn, 0.3)
+    assert sorted(got) == [b"a0", b"n0", b"n1", b"n2"]
