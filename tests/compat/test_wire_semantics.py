@@ -414,3 +414,22 @@ def test_no_ack_deliveries_do_not_count_against_basic_qos(connect):
     assert wait_until(lambda: (conn.process_data_events(0.05), len(got))[1] >= 4)
     _consume_for(conn, 0.3)
     assert sorted(got) == [b"a0", b"n0", b"n1", b"n2"]
+
+
+def test_a_message_dead_lettered_around_a_cycle_counts_its_deaths(connect):
+    # rabbit_dead_letter: x-death has one entry per (queue, reason), its count raised and the entry
+    # moved to the front when it dies there again; a cycle with a rejection in it is allowed
+    conn = connect()
+    ch = conn.channel()
+    a, b = uniq("cy-a"), uniq("cy-b")
+    ch.queue_declare(a, exclusive=True, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": b})
+    ch.queue_declare(b, exclusive=True, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": a,
+                                                   "x-message-ttl": 20})
+    ch.basic_publish("", a, b"m", pika.BasicProperties(headers={"h": 1}))
+    seen = []
+    for _ in range(3):
+        method, props, _ = wait_until(lambda: (lambda got: got if got[0] else None)(ch.basic_get(a)))
+        seen.append([(x["queue"], x["reason"], x["count"]) for x in (props.headers or {}).get("x-death", [])])
+        ch.basic_reject(method.delivery_tag, requeue=False)
+    assert seen == [[], [(b, "expired", 1), (a, "rejected", 1)], [(b, "expired", 2), (a, "rejected", 2)]]
+    assert props.headers["x-first-death-queue"] == a and props.headers["x-first-death-reason"] == "rejected"
