@@ -9,7 +9,6 @@ The session hands each event for this channel to :meth:`Channel.publish`, :meth:
 
 from __future__ import annotations
 
-from time import monotonic
 from collections import OrderedDict
 from functools import partial
 
@@ -113,7 +112,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 sess.mark_dirty()
         else:  # awaits its ack
             q.stats_deliver += 1
-            msg.delivered_at = monotonic()  # the consumer timeout
+            msg.delivered_at = sess.broker.clock.time()  # the consumer timeout
             self.unacked[tag] = (msg, consumer)
             q.unacked += 1
             consumer.unacked += 1
@@ -127,7 +126,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
     def _track_get(self, tag: int, msg: Message, no_ack: bool) -> None:
         """After a get-ok: settle it, or await its ack (no consumer's prefetch counts it).
         Deliveries to consumers do the same inline in ``_deliver``."""
-        msg.delivered_at = monotonic()  # the consumer timeout covers basic.get too
+        msg.delivered_at = self.session.broker.clock.time()  # the consumer timeout covers basic.get too
         q = msg.queue
         if no_ack:
             q.settle(msg)
@@ -372,7 +371,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 break
             q = msg.queue
             timeout = (q.options.consumer_timeout if q is not None else None) or default_ms
-            if timeout and msg.delivered_at and now - msg.delivered_at > timeout / 1000.0:
+            if timeout and msg.delivered_at is not None and now - msg.delivered_at > timeout / 1000.0:
                 return AMQPError(PRECONDITION_FAILED, f"delivery acknowledgement on channel "
                                  f"{self.number} timed out. Timeout value used: {timeout} ms. This "
                                  f"timeout value can be configured, see consumers doc guide to learn "
