@@ -1,5 +1,5 @@
 """Clients in other languages, as Debian packages them, against the broker on a free port: Perl's
-AnyEvent::RabbitMQ, rabbitmq-c's amqp-tools, Ruby's Bunny, PHP's php-amqplib, Go's amqp091-go and
+AnyEvent::RabbitMQ and Mojo::RabbitMQ::Client, rabbitmq-c's amqp-tools, Ruby's Bunny, PHP's php-amqplib, Go's amqp091-go and
 RabbitMQ's Java client. Each script in tests/interop/clients/ connects, declares, publishes (with
 confirms where the client has them), consumes and acks, and prints what it saw; the same scripts
 print the same against RabbitMQ 3.10. Skipped, with the reason, when the language or the client
@@ -62,6 +62,16 @@ def test_perl_anyevent_rabbitmq(broker):
     assert [x for x in lines if x.startswith("confirmed")] == [f"confirmed {i}" for i in (1, 2, 3)]
     assert [x for x in lines if x.startswith("got")] == [f"got perl {i} text/plain n={i}" for i in (1, 2, 3)]
     assert len(lines) == 10
+
+
+def test_perl_mojo_rabbitmq_client(broker):
+    # Net::AMQP again (AMQP 0-9's header); this client has no publisher confirms
+    perl = _need_library("perl", ["-MMojo::RabbitMQ::Client", "-e1"], "Mojo::RabbitMQ::Client",
+                         "libmojo-rabbitmq-client-perl")
+    queue = uniq("mojo")
+    lines = _run([perl, str(CLIENTS / "mojo_rabbitmq.pl"), "127.0.0.1", str(broker.port), queue])
+    assert lines == ["connected", f"declared {queue}"] + [f"published {i}" for i in (1, 2, 3)] + \
+        [f"got mojo {i} text/plain n={i}" for i in (1, 2, 3)] + ["deleted", "ok"]
 
 
 def test_c_amqp_tools(broker):
