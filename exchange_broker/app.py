@@ -296,7 +296,8 @@ class Application:
             admin = f"{advertised(config.admin_listen_host)}:{self.admin.port}" if self.admin is not None else ""
             await self.cluster.serving(self.broker, f"{advertised(config.host)}:{self.server.port}",
                                        admin)
-        log.info("exchange-broker ready on %s:%d", config.host, self.server.port)
+        log.info("exchange-broker ready on %s:%d", f"[{config.host}]" if ":" in config.host else config.host,
+                 self.server.port)
         return True
 
     async def _join_cluster(self):
@@ -328,7 +329,9 @@ class Application:
         from exchange_broker.cluster.standby_admin import StandbyAdminApp
         from exchange_broker.management.server import AdminServer
         config = self.config
-        amqp = ConnectionSplicer(config.host, config.port, lambda: self.cluster.amqp_target() if self.cluster else None)
+        # a standby passes IPv4 clients on (the dual-stack default is the serving listener's)
+        host = "0.0.0.0" if config.host == "::" else config.host
+        amqp = ConnectionSplicer(host, config.port, lambda: self.cluster.amqp_target() if self.cluster else None)
         try:
             await amqp.start()
         except OSError as exc:

@@ -46,7 +46,8 @@ def setting(default: Any, help: str, *, group: str, type: Callable | None = None
 @dataclass
 class Config:
     # -- listeners --------------------------------------------------------------------------------
-    host: str = setting("0.0.0.0", "listen address", group="listeners")
+    host: str = setting("::", "listen address (:: is every IPv6 and IPv4 address, as RabbitMQ's default "
+                        "listener; 0.0.0.0 IPv4 only)", group="listeners")
     port: int = setting(5672, "AMQP port (0 picks a free port)", group="listeners")
     port_file: str | None = setting(
         None, "write the bound AMQP port to this file once listening (for tests/scripts)",

@@ -4,9 +4,21 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence
 
 
-def _targets(exchange: Any, routing_key: str, headers: dict | None) -> Sequence:
+def _match(exchange: Any, routing_key: str | tuple, headers: dict | None) -> Sequence:
+    """The exchange's matches for one routing key, or for any of a tuple of them (a message with
+    CC/BCC keys: RabbitMQ matches all of them at every exchange it passes), each once."""
+    if type(routing_key) is not tuple:
+        return exchange.index.match(routing_key, headers)
+    dests: dict = {}
+    for key in routing_key:
+        for dest in exchange.index.match(key, headers):
+            dests.setdefault(dest, None)
+    return tuple(dests)
+
+
+def _targets(exchange: Any, routing_key: str | tuple, headers: dict | None) -> Sequence:
     """The exchange's matches, or its alternate exchange when nothing matched."""
-    dests = exchange.index.match(routing_key, headers)
+    dests = _match(exchange, routing_key, headers)
     if dests:
         return dests
     ae = exchange.alternate_exchange
@@ -16,7 +28,7 @@ def _targets(exchange: Any, routing_key: str, headers: dict | None) -> Sequence:
 def route(
     lookup: Callable[[str], Any],
     exchange_name: str,
-    routing_key: str,
+    routing_key: str | tuple,
     headers: dict | None,
 ) -> list[str]:
     """Queue names reached from ``exchange_name``, each once, in first-reached order.
@@ -28,7 +40,7 @@ def route(
     exchange = lookup(exchange_name)
     if exchange is None:
         return []
-    first = exchange.index.match(routing_key, headers)
+    first = _match(exchange, routing_key, headers)
     if first:
         names = []
         for kind, name in first:

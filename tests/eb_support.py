@@ -140,13 +140,13 @@ class RawClient:
     def handshake(self, *, user: str = "guest", password: str = "guest", vhost: str = "/",
                   mechanism: str = "PLAIN", response: str | None = None,
                   client_properties: dict | None = None, channel_max: int = 0, frame_max: int = 0,
-                  heartbeat: int = 0):
+                  heartbeat: int = 0, protocol_header: bytes = PROTOCOL_HEADER):
         """Protocol header to connection.open. ``channel_max``/``frame_max`` 0 accept the broker's.
 
         Returns the broker's answer to connection.open (OpenOk, or a Connection.Close), the
         Connection.Close that came instead of connection.tune (a refused login; ``self.tune``
         stays None), or None when the broker closed the socket."""
-        self.sock.sendall(PROTOCOL_HEADER)
+        self.sock.sendall(protocol_header)
         self.start = self.expect_next(commands.Connection.Start)
         if client_properties is None:  # as real clients do; else a bad login is just dropped
             client_properties = {"product": "exchange-broker tests",

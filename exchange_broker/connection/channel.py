@@ -47,7 +47,6 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         self.prefetch = 0            # basic.qos global=false: limit for each new consumer
         self.global_prefetch = 0     # basic.qos global=true: limit shared by the channel
         self.global_unacked = 0
-        self.flow_active = True
         self.closed = False
         self._confirm_init()
         self._tx_init()
@@ -77,11 +76,11 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         pass
 
     def _channel_flow(self, m) -> None:
-        self.flow_active = bool(m.active)
-        self.reply(C.FlowOk(active=self.flow_active))
-        if self.flow_active:
-            for c in list(self.consumers.values()):
-                c.queue.dispatch()
+        # RabbitMQ never stops deliveries for a client's channel.flow: active=true is answered,
+        # active=false refused with 540 (rabbit_channel's handle_method for channel.flow)
+        if not m.active:
+            raise AMQPError(NOT_IMPLEMENTED, "active=false", hard=True)
+        self.reply(C.FlowOk(active=True))
 
     # -- delivery: the one routine ------------------------------------------------------------------
     def delivery_sink(self, consumer: Consumer):
@@ -160,10 +159,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
             for msg, _consumer in self._covered(delivery_tag, multiple):
                 if msg.queue is not None:
                     msg.queue.check_reject(kind)
-        if self.tx:
-            if not (multiple and delivery_tag == 0) and delivery_tag not in self.unacked:
-                raise self._unknown_tag(delivery_tag, kind)
-            self.tx_acks.append((kind, delivery_tag, multiple, requeue))
+        if self.tx:  # taken now (a second ack of the tag is 406), settled at tx.commit
+            self.tx_acks.append((kind, self._take(delivery_tag, multiple, kind, tagged=True), requeue))
             return
         self._settle(self._take(delivery_tag, multiple, kind), kind, requeue)
 
@@ -180,13 +177,14 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
             out.append(entry)
         return out
 
-    def _take(self, delivery_tag: int, multiple: bool, kind: int) -> list:
+    def _take(self, delivery_tag: int, multiple: bool, kind: int, tagged: bool = False) -> list:
         """Remove and return the (msg, consumer) entries an ack/nack/reject covers (RabbitMQ's rule:
-        multiple with tag 0 means everything outstanding; otherwise the tag must be outstanding)."""
+        multiple with tag 0 means everything outstanding; otherwise the tag must be outstanding).
+        ``tagged``: (tag, entry) pairs."""
         unacked = self.unacked
         if multiple:
             if delivery_tag == 0:
-                taken = list(unacked.values())
+                taken = list(unacked.items() if tagged else unacked.values())
                 unacked.clear()
                 return taken
             if delivery_tag not in unacked:
@@ -194,13 +192,13 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
             taken = []
             while True:
                 tag, entry = unacked.popitem(last=False)
-                taken.append(entry)
+                taken.append((tag, entry) if tagged else entry)
                 if tag == delivery_tag:
                     return taken
         entry = unacked.pop(delivery_tag, None)
         if entry is None:
             raise self._unknown_tag(delivery_tag, kind)
-        return [entry]
+        return [(delivery_tag, entry) if tagged else entry]
 
     def _unknown_tag(self, tag: int, kind: int) -> AMQPError:
         method = (80, 120, 90)[kind]
@@ -278,8 +276,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         desc = self.session.vhost.describe("queue", queue.name)
         if queue.consumers and (exclusive or any(c.exclusive for c in queue.consumers)):
             raise AMQPError(ACCESS_REFUSED, f"{desc} in exclusive use", 60, 20, hard=False)
-        prio = (arguments or {}).get("x-priority")
-        if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
+        prio = (arguments or {}).get("x-priority", 0)  # present but void: 406, as RabbitMQ
+        if isinstance(prio, bool) or not isinstance(prio, int):
             raise AMQPError(PRECONDITION_FAILED, f"invalid arg 'x-priority' for {desc}: "
                             f'"expected integer, got {amqp_type(prio)}"', 60, 20, hard=False)
         c = Consumer(tag, self, queue, no_ack, exclusive, self.prefetch, arguments or {})
@@ -386,6 +384,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         if self.closed:
             return
         self.closed = True
+        self.tx_restore()  # acks of an open transaction never happened
         # requeue first (no consumer of this channel can take them now), then cancel consumers:
         # a single-active-consumer queue hands over with the old unacked messages at the head
         self.requeue_all()
@@ -393,7 +392,6 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
             self.cancel(tag)
         self.session.broker.reply_to.cancel(self)
         self.tx_publishes.clear()
-        self.tx_acks.clear()
 
 
 _HANDLERS = {

@@ -30,7 +30,7 @@ class Consumer:
     def can_take(self) -> bool:
         """True when this consumer may be sent one more message now."""
         ch = self.channel
-        if not (ch.flow_active and ch.session.writable) or ch.closed:  # flow, socket, channel
+        if not ch.session.writable or ch.closed:  # socket, channel
             return False
         if self.no_ack:
             return True

@@ -36,7 +36,9 @@ class Credentials:
         try:
             user = self._login_result(result, self.auth_mechanism)
         except AMQPError as err:
-            self._handle_closing(self.conn.close(err.code, err.text, err.class_id, err.method_id))
+            self._handle_closing(self.conn.refuse_login(err))
+            if self.conn.state == "closed":  # no authentication_failure_close: just hang up (RabbitMQ)
+                self._finish = 0.25
             self.mark_dirty()
             return
         self.conn.login_done(user)

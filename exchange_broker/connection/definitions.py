@@ -11,7 +11,7 @@ from __future__ import annotations
 from pamqp import commands
 
 from exchange_broker.core import permissions as perms
-from exchange_broker.core.names import generated
+from exchange_broker.core.names import generated, strip_cr_lf
 from exchange_broker.core.reply_to import PSEUDO_QUEUE
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.constants import INTERNAL_ERROR, NOT_FOUND
@@ -36,22 +36,29 @@ class DefinitionMethods:
             return
         self.session.conn.send_method(self.number, method)
 
-    def _defer_reply(self, reply, class_id: int, method_id: int) -> bool:
+    def _defer_reply(self, reply, class_id: int, method_id: int, slot=None) -> bool:
         """Hold a definition reply (a method, or raw frame bytes) until the definition is stored."""
         pending = self.session.broker.durability.pending_definition
         if pending is None or pending.done:
             return False
-        self.reply_when_stored([pending], reply, class_id, method_id, "could not store the definition")
+        self.reply_when_stored([pending], reply, class_id, method_id, "could not store the definition", slot)
         return True
 
-    def reply_when_stored(self, waiters: list, reply, class_id: int, method_id: int, failure: str) -> None:
+    def reply_in(self, slot, method) -> None:
+        """``method`` into a place of the channel's output held before it was made (``conn.hold``),
+        once its definition is stored."""
+        if not self._defer_reply(method, method.index >> 16, (method.index & 0xFFFF) - 1, slot):
+            self.session.conn.fill(slot, codec.method_frame(self.number, method))
+
+    def reply_when_stored(self, waiters: list, reply, class_id: int, method_id: int, failure: str,
+                          slot=None) -> None:
         """Send ``reply`` (a method, or raw frame bytes) once every durability waiter has fired;
         if one failed, close the connection with 541 ``failure`` instead.
 
         The reply's place in the channel's output is held meanwhile: later replies and deliveries
         on this channel, its close-ok and the connection's close-ok go out after it, in request
         order (and it is sent even if the client closed the channel since)."""
-        state = [len(waiters), True, self.session.conn.hold(self.number), reply, class_id, method_id,
+        state = [len(waiters), True, slot or self.session.conn.hold(self.number), reply, class_id, method_id,
                  failure]
         for waiter in waiters:
             waiter.add(self._stored, state)
@@ -83,8 +90,9 @@ class DefinitionMethods:
             return self.last_queue
         return name
 
-    # -- exchange.* ---------------------------------------------------------------------------------
+    # -- exchange.* (names lose CR and LF in declare, delete and bindings: core/names.strip_cr_lf) --
     def _exchange_declare(self, m) -> None:
+        m.exchange = strip_cr_lf(m.exchange)
         sess = self.session
         perms.exchange_declare(sess, m)
         sess.vhost.declare_exchange(m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete,
@@ -93,12 +101,14 @@ class DefinitionMethods:
             self.reply(E.DeclareOk())
 
     def _exchange_delete(self, m) -> None:
+        m.exchange = strip_cr_lf(m.exchange)
         perms.exchange_delete(self.session, m.exchange)
         self.session.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.reply(E.DeleteOk())
 
     def _exchange_bind(self, m) -> None:
+        m.source, m.destination = strip_cr_lf(m.source), strip_cr_lf(m.destination)
         sess = self.session
         perms.binding(sess, "exchange", m.destination, m.source, m.routing_key)
         sess.vhost.bind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 30, sess)
@@ -106,6 +116,7 @@ class DefinitionMethods:
             self.reply(E.BindOk())
 
     def _exchange_unbind(self, m) -> None:
+        m.source, m.destination = strip_cr_lf(m.source), strip_cr_lf(m.destination)
         sess = self.session
         perms.binding(sess, "exchange", m.destination, m.source, m.routing_key)
         sess.vhost.unbind(m.source, "exchange", m.destination, m.routing_key, m.arguments, 40, 40,
@@ -115,10 +126,16 @@ class DefinitionMethods:
 
     # -- queue.* ------------------------------------------------------------------------------------
     def _queue_declare(self, m) -> None:
+        m.queue = strip_cr_lf(m.queue)
         sess = self.session
-        if m.queue == PSEUDO_QUEUE and m.passive:
+        if m.queue.startswith(PSEUDO_QUEUE):
+            # every declare of direct reply-to is passive (rabbit_channel): the pseudo-queue
+            # exists with one consumer, a reply address while its channel consumes
+            if not sess.broker.reply_to.exists(m.queue):
+                raise AMQPError(NOT_FOUND, f"no queue '{m.queue}' in vhost '{sess.vhost.name}'", 50, 10,
+                                hard=False)
             if not m.nowait:
-                self.reply(Q.DeclareOk(PSEUDO_QUEUE, 0, 0))
+                self.reply(Q.DeclareOk(m.queue, 0, 1))
             return
         server_name = None
         if not m.passive:
@@ -135,6 +152,7 @@ class DefinitionMethods:
                 sess.conn.send_raw(frame)
 
     def _queue_bind(self, m) -> None:
+        m.exchange, m.queue = strip_cr_lf(m.exchange), strip_cr_lf(m.queue)
         sess = self.session
         rk = m.routing_key
         name = self.queue_name(m.queue, 50, 20)
@@ -146,6 +164,7 @@ class DefinitionMethods:
             self.reply(Q.BindOk())
 
     def _queue_unbind(self, m) -> None:
+        m.exchange, m.queue = strip_cr_lf(m.exchange), strip_cr_lf(m.queue)
         sess = self.session
         name = self.queue_name(m.queue, 50, 50)
         perms.binding(sess, "queue", name, m.exchange, m.routing_key)
@@ -168,6 +187,7 @@ class DefinitionMethods:
             self.reply(Q.PurgeOk(count))
 
     def _queue_delete(self, m) -> None:
+        m.queue = strip_cr_lf(m.queue)
         sess = self.session
         name = self.queue_name(m.queue, 50, 40)
         perms.check(sess, perms.CONFIGURE, "queue", name)
@@ -179,6 +199,15 @@ class DefinitionMethods:
             if not m.nowait:
                 self.reply_when_stored([done], ok, 50, 40, q.leader_error)
             return
-        count = sess.vhost.delete_queue(name, m.if_unused, m.if_empty, sess)
-        if not m.nowait:
-            self.reply(Q.DeleteOk(count))
+        if m.nowait:
+            sess.vhost.delete_queue(name, m.if_unused, m.if_empty, sess)
+            return
+        # delete-ok goes before the basic.cancel of this channel's consumers of the queue, as
+        # RabbitMQ sends them (a client closing the channel on the cancel still gets the reply)
+        slot = sess.conn.hold(self.number)
+        try:
+            count = sess.vhost.delete_queue(name, m.if_unused, m.if_empty, sess)
+        except BaseException:
+            sess.conn.fill(slot)
+            raise
+        self.reply_in(slot, Q.DeleteOk(count))

@@ -13,7 +13,7 @@ from exchange_broker.protocol.errors import AMQPError
 
 
 class TransactionMethods:
-    """Mixed into Channel: uses its ``session``, ``confirm``, ``closed``, ``_route``, ``_take`` and
+    """Mixed into Channel: uses its ``session``, ``confirm``, ``closed``, ``unacked``, ``_route`` and
     ``_settle``."""
 
     tx = False
@@ -44,8 +44,19 @@ class TransactionMethods:
         if not self.tx:
             raise AMQPError(PRECONDITION_FAILED, "channel is not transactional", 90, 30, hard=False)
         self.tx_publishes.clear()
-        self.tx_acks.clear()
+        self.tx_restore()
         self.reply(commands.Tx.RollbackOk())
+
+    def tx_restore(self) -> None:
+        """The deliveries acknowledged in the open transaction are outstanding again, in tag order
+        (RabbitMQ's tx.rollback puts them back into the unacked queue)."""
+        if not self.tx_acks:
+            return
+        unacked = self.unacked
+        items = sorted([*unacked.items(), *(item for _, taken, _ in self.tx_acks for item in taken)])
+        self.tx_acks.clear()
+        unacked.clear()
+        unacked.update(items)
 
     def tx_apply(self) -> list:
         """Apply buffered publishes and acks; returns durability waiters to wait for."""
@@ -57,10 +68,6 @@ class TransactionMethods:
             if ex.name not in exchanges:
                 continue
             self._route(ex, rk, mandatory, props, body, 0, waiters)
-        for kind, tag, multiple, requeue in acks:
-            try:
-                entries = self._take(tag, multiple, kind)
-            except AMQPError:
-                continue  # already settled by an earlier ack in the same transaction
-            self._settle(entries, kind, requeue)
+        for kind, taken, requeue in acks:  # taken out of unacked when they came (ack)
+            self._settle([entry for _, entry in taken], kind, requeue)
         return waiters

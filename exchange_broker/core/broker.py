@@ -311,11 +311,14 @@ class Broker:
                                 f'"{name}",{amqp_type(value)}}}', 60, 40, hard=False)
         seen = set(queues)
         out = list(queues)
-        for key in keys:
-            for q in vhost.route(ex, key, headers):
-                if q not in seen:
-                    seen.add(q)
-                    out.append(q)
+        if ex.name == "":
+            found = [q for key in keys for q in vhost.route(ex, key, headers)]
+        else:  # every key at every exchange on the way, as RabbitMQ routes (e2e bindings too)
+            found = vhost.route(ex, (msg.routing_key, *keys), headers)
+        for q in found:
+            if q not in seen:
+                seen.add(q)
+                out.append(q)
         if "BCC" in headers:
             props = dict(msg.props)
             stripped = dict(headers)

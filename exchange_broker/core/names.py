@@ -18,6 +18,14 @@ def check_name(kind: str, name: str, class_id: int, method_id: int) -> None:
                         class_id, method_id, hard=False)
 
 
+def strip_cr_lf(name: str) -> str:
+    """RabbitMQ drops CR and LF from the names in queue.declare/delete, exchange.declare/delete
+    and bindings (rabbit_channel:strip_cr_lf): ``"a\r\nb"`` is queue ``"ab"``."""
+    if "\r" in name or "\n" in name:
+        return name.replace("\r", "").replace("\n", "")
+    return name
+
+
 def generated(prefix: str) -> str:
     """`amq.gen-…` / `amq.ctag-…`: a prefix and 22 URL-safe random characters."""
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode("ascii").rstrip("=")

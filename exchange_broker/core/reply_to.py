@@ -47,6 +47,14 @@ class ReplyTo:
         props["reply_to"] = PREFIX + ch.reply_token
         return codec.encode_properties(props)
 
+    def exists(self, name: str) -> bool:
+        """A queue.declare of the pseudo-queue (every one is passive, as in RabbitMQ): the name
+        itself always exists, a reply address while its channel consumes."""
+        if name == PSEUDO_QUEUE:
+            return True
+        ch = self.channels.get(name[len(PREFIX):]) if name.startswith(PREFIX) else None
+        return ch is not None and not ch.closed
+
     def deliver(self, msg: Message) -> bool:
         """A reply published to the default exchange with a reply address; False if it is gone."""
         ch = self.channels.get(msg.routing_key[len(PREFIX):])

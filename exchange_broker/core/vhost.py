@@ -67,6 +67,18 @@ def _norm(value):
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
 
 
+def _type_class(value) -> str:
+    """RabbitMQ's rabbit_misc:type_class: every integer type is one class, floats another."""
+    if isinstance(value, bool):
+        return "bool"
+    return "int" if isinstance(value, int) else "float" if isinstance(value, float) else type(value).__name__
+
+
+def _same_arg(got, have) -> bool:
+    """assert_args_equivalence: the same value in the same type class (1000.0 is not 1000)."""
+    return got == have and _type_class(got) == _type_class(have)
+
+
 class VHost:
     def __init__(self, broker, name: str) -> None:
         self.broker = broker
@@ -310,7 +322,7 @@ class VHost:
                                     hard=False)
             for arg in QUEUE_EQUIVALENT_ARGS:
                 got, have = _norm(arguments.get(arg)), _norm(existing.arguments.get(arg))
-                if got != have and not (arg == "x-queue-type" and got in (None, "classic")
+                if not _same_arg(got, have) and not (arg == "x-queue-type" and got in (None, "classic")
                                         and have in (None, "classic")):  # values may be unhashable
                     raise AMQPError(PRECONDITION_FAILED, f"inequivalent arg '{arg}' for {desc}: "
                                     f"{_arg_mismatch(got, have)}", cid, mid, hard=False)

@@ -104,7 +104,7 @@ def channel_info(ctx: AdminContext, sess, ch) -> dict:
         "vhost": sess.vhost.name if sess.vhost is not None else None, "user": sess.user,
         "user_who_performed_action": sess.user,
         "connection_details": {"name": cname, "peer_host": peer[0], "peer_port": peer[1]},
-        "state": "running" if ch.flow_active else "flow", "consumer_count": len(ch.consumers),
+        "state": "running", "consumer_count": len(ch.consumers),
         "messages_unacknowledged": len(ch.unacked), "messages_unconfirmed": ch.unconfirmed_count(),
         "messages_uncommitted": len(ch.tx_publishes), "acks_uncommitted": len(ch.tx_acks),
         "prefetch_count": ch.prefetch, "global_prefetch_count": ch.global_prefetch,

@@ -56,8 +56,13 @@ class AdminServer:
         return f"{'https' if self.ssl_options else 'http'}://{host}:{self.port}"
 
     def _bind(self) -> socket.socket:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.create_server((self.host, self.port), family=family, backlog=1024, reuse_port=False)
+        host = self.host
+        dual = host == "::" and socket.has_dualstack_ipv6()  # every IPv6 and IPv4 address, as the AMQP listener
+        if host == "::" and not dual:
+            host = "0.0.0.0"
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, self.port), family=family, backlog=1024, reuse_port=False,
+                                    dualstack_ipv6=dual)
         sock.setblocking(False)
         return sock
 

@@ -28,6 +28,7 @@ from exchange_broker.protocol.content import (PUBLISH_BATCH, Content, TooLarge, 
                                              publishes as _publishes, whole_content as _whole_content)
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.protocol.frames import FRAME_HEAD, frame
+from exchange_broker.protocol.handshake import SilentRefusal, header_verdict, login_refusal, tuned
 from exchange_broker.protocol.output import Output, Slot
 
 __all__ = ["ServerConnection", "TooLarge"]
@@ -153,7 +154,7 @@ class ServerConnection:
     def _fail(self, err: AMQPError) -> ev.Closing:
         if self.state in ("closing", "closed"):
             return ev.Closing(err.code, err.text, False)
-        if self.state in ("header",):
+        if self.state in ("header",) or isinstance(err, SilentRefusal):
             self.state = "closed"
             return ev.Closing(err.code, err.text, False)
         self._output.drop_held()  # replies still waiting for the store are not sent after a close
@@ -306,9 +307,10 @@ class ServerConnection:
 
     def _receive_header(self, out: list) -> bool:
         buf = self._buf
-        if len(buf) < 8 and PROTOCOL_HEADER.startswith(bytes(buf)):
+        verdict = header_verdict(bytes(buf[:8]))
+        if verdict is None:
             return False
-        if bytes(buf[:8]) != PROTOCOL_HEADER:
+        if not verdict:
             # Wrong protocol or version: answer with the header we speak, then close.
             self._out.append(PROTOCOL_HEADER)
             self.state = "closed"
@@ -452,17 +454,24 @@ class ServerConnection:
         caps = self.client_properties.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
         mechanism = method.mechanism
-        if mechanism not in self.mechanisms.split():
-            raise AMQPError(ACCESS_REFUSED, f"unsupported authentication mechanism '{mechanism}'",
-                            10, 11, hard=True)
-        response = method.response
-        if isinstance(response, str):
-            response = response.encode("utf-8", "surrogateescape")
-        user = self._authenticate(mechanism, response)
+        try:
+            if mechanism not in self.mechanisms.split():
+                raise AMQPError(ACCESS_REFUSED, f"unsupported authentication mechanism '{mechanism}'",
+                                10, 11, hard=True)
+            response = method.response
+            if isinstance(response, str):
+                response = response.encode("utf-8", "surrogateescape")
+            user = self._authenticate(mechanism, response)
+        except AMQPError as err:
+            raise login_refusal(err, self.capabilities) from None
         if user is not None:
             self.login_done(user)
         else:  # decided later (a backend asks the network): input waits until login_done or a close
             self.state = "login"
+
+    def refuse_login(self, err: AMQPError) -> ev.Closing:
+        """A login decided later was refused: closed as a refusal in the handshake is."""
+        return self._fail(login_refusal(err, self.capabilities))
 
     def login_done(self, user: str) -> None:
         """The login allowed ``user``: connection.tune; the caller then feeds what waited (events(b""))."""
@@ -471,17 +480,7 @@ class ServerConnection:
         self.send_method(0, commands.Connection.Tune(self.server_channel_max, self.server_frame_max, self.server_heartbeat))
 
     def _tune_ok(self, method) -> None:
-        frame_max = method.frame_max or self.server_frame_max
-        if frame_max > self.server_frame_max:
-            raise AMQPError(NOT_ALLOWED, f"frame_max={frame_max} > {self.server_frame_max} max size",
-                            10, 31, hard=True)
-        if frame_max < FRAME_MIN_SIZE:
-            raise AMQPError(NOT_ALLOWED, f"frame_max={frame_max} < {FRAME_MIN_SIZE} min size",
-                            10, 31, hard=True)
-        channel_max = method.channel_max or self.server_channel_max
-        if channel_max > self.server_channel_max:
-            raise AMQPError(NOT_ALLOWED, f"channel_max={channel_max} > {self.server_channel_max} max",
-                            10, 31, hard=True)
+        frame_max, channel_max = tuned(method, self.server_channel_max, self.server_frame_max)
         self.frame_max = frame_max
         self._payload_max = frame_max - 8 + FRAME_SIZE_FUDGE
         self.channel_max = channel_max

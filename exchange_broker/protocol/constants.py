@@ -1,6 +1,7 @@
 """Wire constants of AMQP 0-9-1 and RabbitMQ's reply codes."""
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"  # AMQP 0-9's header, served as 0-9-1 (as RabbitMQ)
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2

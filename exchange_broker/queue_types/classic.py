@@ -18,6 +18,7 @@ from exchange_broker.core.queue import QueueType
 from exchange_broker.core.queue_args import QueueOptions, parse_queue_arguments
 from exchange_broker.protocol.constants import PRECONDITION_FAILED
 from exchange_broker.protocol.errors import AMQPError
+from exchange_broker.queue_types.dedup import deduplication_key
 from exchange_broker.queue_types.ready import PriorityReady, ReadyDeque
 
 DEDUP_DEFAULT_SIZE = 100_000
@@ -100,7 +101,7 @@ class ClassicQueue(QueueType):
         """Stamp TTL, apply deduplication and reject-publish overflow. False: not enqueued here
         (``msg.rejected`` tells whether the publisher must be nacked)."""
         opts = self.options
-        dedup_key = self._dedup_key(msg) if self.dedup is not None else None
+        dedup_key = deduplication_key(msg) if self.dedup is not None else None
         if dedup_key is not None and self._duplicate(dedup_key):
             return False
         ttl = opts.message_ttl
@@ -121,18 +122,6 @@ class ClassicQueue(QueueType):
         if dedup_key is not None:
             self._remember(dedup_key)
         return True
-
-    @staticmethod
-    def _dedup_key(msg: Message):
-        headers = msg.headers or {}
-        key = headers.get("x-deduplication-header")
-        if key is None:
-            key = msg.props.get("message_id")
-        if isinstance(key, bytearray):
-            key = bytes(key)
-        if isinstance(key, (dict, list)):
-            key = repr(key)
-        return key
 
     def _duplicate(self, key) -> bool:
         expiry = self.dedup.get(key)
@@ -166,7 +155,10 @@ class ClassicQueue(QueueType):
             self._drop_over_limit()
         if self.consumers and not self._dispatching:
             later = self.broker.dispatch_later
-            if later is None:
+            # expired on arrival (TTL 0): still to a consumer that can take it now (RabbitMQ's deliver_or_enqueue)
+            if msg.expires_ms is not None and msg.expires_ms <= self.broker.now_ms():
+                self.dispatch(msg)
+            elif later is None:
                 self.dispatch()
             elif not self.dispatch_queued:
                 self.dispatch_queued = True
@@ -188,12 +180,15 @@ class ClassicQueue(QueueType):
         self.broker.dead_letter(self, msg, reason)
 
     def requeue(self, msgs: Iterable[Message]) -> None:
-        """Put messages back in their original position (by sequence), marked redelivered."""
+        """Put messages back in their original position (by sequence), marked redelivered; over a
+        drop-head length limit, the head goes (RabbitMQ's requeue_and_run: maybe_drop_head)."""
         ready = self.ready
         for msg in sorted(msgs, key=lambda m: m.seq, reverse=True):
             msg.redelivered = True
             self.bytes += len(msg.body)
             ready.insert_by_seq(msg)
+        if self.options.limited and self.options.overflow == "drop-head":
+            self._drop_over_limit()
         if self.consumers:
             self.dispatch()
         if self.has_ttl:
@@ -227,8 +222,9 @@ class ClassicQueue(QueueType):
         return msg
 
     # -- TTL -----------------------------------------------------------------------------------------
-    def _expire_head(self) -> None:
-        """Expired messages at the head are dead-lettered, never delivered (RabbitMQ expires at the head)."""
+    def _expire_head(self, arriving: Message | None = None) -> None:
+        """Expired messages at the head are dead-lettered, never delivered (RabbitMQ expires at the head);
+        not ``arriving`` (see ``dispatch``)."""
         ready = self.ready
         if not ready:
             return
@@ -236,7 +232,7 @@ class ClassicQueue(QueueType):
         while ready:
             head = ready[0]
             exp = head.expires_ms
-            if exp is None or exp > now:
+            if exp is None or exp > now or head is arriving:
                 break
             self._discard(ready.popleft(), "expired")
 
@@ -256,8 +252,7 @@ class ClassicQueue(QueueType):
         self._expiry_at = at if self._expiry_handle is not None else None  # None: no timer (no loop)
 
     def _expiry_fired(self) -> None:
-        self._expiry_handle = None
-        self._expiry_at = None
+        self._expiry_handle = self._expiry_at = None
         if self.deleted:
             return
         self._expire_head()
@@ -423,8 +418,9 @@ class ClassicQueue(QueueType):
                 return c
         return None
 
-    def dispatch(self) -> None:
-        """Deliver ready messages to consumers that have credit."""
+    def dispatch(self, arriving: Message | None = None) -> None:
+        """Deliver ready messages to consumers that have credit; ``arriving``, the message being
+        pushed, is delivered even if its TTL is over (a TTL of 0)."""
         if self._dispatching:
             return
         self._dispatching = True
@@ -432,13 +428,13 @@ class ClassicQueue(QueueType):
             ready = self.ready
             consumers = self.consumers
             if self.has_ttl:
-                self._expire_head()
+                self._expire_head(arriving)
             while ready and consumers:
                 c = self._pick()
                 if c is None:
                     break
                 msg = ready.popleft()
-                if msg.expires_ms is not None and msg.expires_ms <= self.broker.now_ms():
+                if msg.expires_ms is not None and msg.expires_ms <= self.broker.now_ms() and msg is not arriving:
                     self._discard(msg, "expired")
                     continue
                 self.bytes -= len(msg.body)

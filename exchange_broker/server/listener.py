@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,8 @@ class AMQPProtocol(SessionProtocol):
         self.transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         peer = transport.get_extra_info("peername") or ("", 0)
+        if peer[0].startswith("::ffff:") and "." in peer[0]:  # IPv4 on the dual-stack socket: shown as
+            peer = (peer[0][7:], peer[1])                       # IPv4, as RabbitMQ's rabbit_misc:ntoa
         # a TLS client certificate, when one was sent and verified against the CA (else None/{})
         cert = transport.get_extra_info("peercert")
         self.session = Session(self.server.broker, self._write, self._close, peer[:2],
@@ -207,8 +210,7 @@ class BrokerServer:
     async def start(self) -> None:
         self.loop = loop = asyncio.get_running_loop()
         with _listen_error(self.host, self.port, "AMQP"):
-            self._server = await loop.create_server(lambda: AMQPProtocol(self), self.host, self.port,
-                                                    reuse_address=True, backlog=1024)
+            self._server = await create_server(loop, lambda: AMQPProtocol(self), self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = loop.create_task(self._tick())
         log.info("AMQP listener on %s", _bound(self._server))
@@ -219,9 +221,9 @@ class BrokerServer:
         """The amqps listener: same protocol, sessions and limits as plain AMQP."""
         context = tls.server_context()
         with _listen_error(self.host, tls.port, "AMQPS"):
-            self._tls_server = await self.loop.create_server(
-                lambda: AMQPProtocol(self), self.host, tls.port, ssl=context, reuse_address=True,
-                backlog=1024, ssl_handshake_timeout=max(1.0, float(self.handshake_timeout)))
+            self._tls_server = await create_server(
+                self.loop, lambda: AMQPProtocol(self), self.host, tls.port, ssl=context,
+                ssl_handshake_timeout=max(1.0, float(self.handshake_timeout)))
         self._tls_port = self._tls_server.sockets[0].getsockname()[1]
         log.info("AMQPS listener on %s (client certificates: %s)", _bound(self._tls_server), tls.describe())
 
@@ -272,6 +274,22 @@ async def drain(protocols: set, grace: float) -> None:
         await asyncio.sleep(0.05)
     for proto in list(protocols):
         proto._close()
+
+
+async def create_server(loop: asyncio.AbstractEventLoop, factory, host: str, port: int, **kwargs):
+    """``::`` (the default) is every IPv6 and IPv4 address on one socket, as RabbitMQ's default
+    listener (one socket, so ``--port 0`` is one port); without dual-stack IPv6, 0.0.0.0."""
+    if host != "::":
+        return await loop.create_server(factory, host, port, reuse_address=True, backlog=1024, **kwargs)
+    if not socket.has_dualstack_ipv6():
+        return await loop.create_server(factory, "0.0.0.0", port, reuse_address=True, backlog=1024, **kwargs)
+    sock = socket.create_server(("::", port), family=socket.AF_INET6, backlog=1024, dualstack_ipv6=True)
+    sock.setblocking(False)
+    try:
+        return await loop.create_server(factory, sock=sock, backlog=1024, **kwargs)
+    except BaseException:
+        sock.close()
+        raise
 
 
 @contextlib.contextmanager

@@ -9,7 +9,8 @@ import logging
 
 from exchange_broker.mqtt.hub import MQTTHub
 from exchange_broker.mqtt.session import MQTTSession
-from exchange_broker.server.listener import WRITE_HIGH_WATER, SessionProtocol, _bound, _listen_error, drain
+from exchange_broker.server.listener import (WRITE_HIGH_WATER, SessionProtocol, _bound, _listen_error, create_server,
+                                             drain)
 
 log = logging.getLogger("exchange_broker.server")
 
@@ -81,8 +82,7 @@ class MQTTServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         with _listen_error(self.host, self.port, self.what):
-            self._server = await loop.create_server(lambda: self.protocol(self), self.host, self.port,
-                                                    reuse_address=True, backlog=1024, ssl=self.ssl)
+            self._server = await create_server(loop, lambda: self.protocol(self), self.host, self.port, ssl=self.ssl)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = loop.create_task(self._tick())
         log.info("%s listener on %s", self.what, _bound(self._server))

@@ -128,6 +128,11 @@ def test_a_session_refused_later_gets_403_and_a_lost_one_is_ignored():
     out: list[bytes] = []
     sess = Session(broker, out.append, lambda: None, ("127.0.0.1", 1))
     sess.data_received(client_handshake()[:8] + pframe.marshal(commands.Connection.StartOk(
+        client_properties={"capabilities": {"authentication_failure_close": True}},
+        mechanism="PLAIN", response="\x00bob\x00bad"), 0))
+    quiet: list[bytes] = []  # no authentication_failure_close: the socket is just closed (RabbitMQ)
+    silent = Session(broker, quiet.append, lambda: None, ("127.0.0.1", 3))
+    silent.data_received(client_handshake()[:8] + pframe.marshal(commands.Connection.StartOk(
         client_properties={}, mechanism="PLAIN", response="\x00bob\x00bad"), 0))
     gone = Session(broker, lambda data: None, lambda: None, ("127.0.0.1", 2))
     gone.data_received(client_handshake()[:8] + pframe.marshal(commands.Connection.StartOk(
@@ -137,6 +142,7 @@ def test_a_session_refused_later_gets_403_and_a_lost_one_is_ignored():
     clock.advance()
     got = frames(b"".join(out))
     assert type(got[-1]).__name__ == "Close" and got[-1].reply_code == 403
+    assert not any(type(f).__name__ == "Close" for f in frames(b"".join(quiet))) and silent.closed
     assert not broker.sessions
 
 

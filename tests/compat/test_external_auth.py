@@ -167,7 +167,8 @@ def test_external_mechanism_forced_on_a_plain_connection_is_403(broker):
         data = b""
         while not data.endswith(b"\xce"):
             data += sock.recv(65536)
-        sock.sendall(pframe.marshal(C.Connection.StartOk(client_properties={}, mechanism="EXTERNAL",
+        caps = {"capabilities": {"authentication_failure_close": True}}  # else just a closed socket
+        sock.sendall(pframe.marshal(C.Connection.StartOk(client_properties=caps, mechanism="EXTERNAL",
                                                          response=""), 0))
         data = b""
         while not data.endswith(b"\xce"):

@@ -321,28 +321,6 @@ def test_fifty_channels_with_their_own_state(broker):
         conn.close()
 
 
-def test_channel_flow_stops_and_resumes_deliveries(broker):
-    conn = pika.BlockingConnection(params(broker))
-    try:
-        pub, sub = conn.channel(), conn.channel()
-        pub.queue_declare("flowq")
-        got = []
-        sub.basic_consume("flowq", lambda c, m, p, b: got.append(b), auto_ack=True)
-        pub.basic_publish("", "flowq", b"before")
-        assert wait_until(lambda: (conn.process_data_events(0.02), got)[1] == [b"before"])
-        assert sub.flow(False) is False
-        for i in range(3):
-            pub.basic_publish("", "flowq", str(i).encode())
-        conn.process_data_events(0.5)
-        assert got == [b"before"]
-        assert pub.queue_declare("flowq", passive=True).method.message_count == 3
-        assert sub.flow(True) is True
-        assert wait_until(lambda: (conn.process_data_events(0.02), len(got))[1] == 4)
-        assert got == [b"before", b"0", b"1", b"2"]
-    finally:
-        conn.close()
-
-
 def test_channel_close_by_server_on_soft_error(broker):
     conn = pika.BlockingConnection(params(broker))
     try:

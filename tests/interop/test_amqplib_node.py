@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from exchange_broker.testing import ThreadedBroker
 
 NODE_DIR = Path(__file__).parent / "node"
 SCRIPT = NODE_DIR / "amqplib_roundtrip.js"
@@ -77,3 +80,19 @@ def test_amqplib_roundtrip(broker):
     assert out["get_again"] == {"body": "shipped", "redelivered": True}
     assert out["get_empty"] is False
     assert out["delete_queue"] == 0
+
+
+@pytest.mark.skipif(not socket.has_dualstack_ipv6(), reason="no dual-stack IPv6 on this machine")
+def test_amqplib_over_ipv6():
+    # Node 18+ resolves localhost to ::1 where the resolver says so: the default listener (::)
+    # takes it, as RabbitMQ's does (tests/compat/test_ipv6.py)
+    node = _ensure_amqplib()
+    with ThreadedBroker(host="::") as tb:
+        proc = subprocess.run([node, str(SCRIPT), f"amqp://guest:guest@[::1]:{tb.port}/"],
+                              cwd=NODE_DIR, capture_output=True, text=True, timeout=60)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no output (rc={proc.returncode}): {proc.stderr}"
+    out = json.loads(lines[-1])
+    assert "error" not in out, out
+    assert out["confirms"] == [f"ack {i}" for i in range(5)]
+    assert [m["body"] for m in out["consumed"]] == [f"task {i}" for i in range(5)]

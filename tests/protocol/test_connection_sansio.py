@@ -91,10 +91,14 @@ def raw_frame(ftype: int, channel: int, payload: bytes, end: bytes = b"\xce") ->
     return struct.pack(">BHI", ftype, channel, len(payload)) + payload + end
 
 
-def start_ok(mechanism: str = "PLAIN", response: str = "\x00guest\x00guest") -> bytes:
-    return m(commands.Connection.StartOk(client_properties={"product": "test",
-                                                            "capabilities": {"basic.nack": True}},
+def start_ok(mechanism: str = "PLAIN", response: str = "\x00guest\x00guest",
+             capabilities: dict | None = None) -> bytes:
+    caps = {"basic.nack": True} if capabilities is None else capabilities
+    return m(commands.Connection.StartOk(client_properties={"product": "test", "capabilities": caps},
                                          mechanism=mechanism, response=response))
+
+
+FAILURE_CLOSE = {"basic.nack": True, "authentication_failure_close": True}
 
 
 def amqplain(user: str, password: str) -> str:
@@ -184,8 +188,23 @@ def test_header_arriving_byte_by_byte():
     assert [type(f) for _, f in sent(conn)] == [commands.Connection.Tune]
 
 
+def test_amqp_0_9_header_is_answered_in_0_9_1():
+    # rabbit_reader's version negotiation treats "AMQP 1 1 0 9" as 0-9-1 (aioamqp, Net::AMQP)
+    conn, pol = new_conn()
+    for i in range(7):
+        assert conn.receive_data(b"AMQP\x01\x01\x00\x09"[i:i + 1]) == []
+    assert conn.receive_data(b"\x09") == []
+    [(ch, start)] = sent(conn)
+    assert isinstance(start, commands.Connection.Start)
+    assert (start.version_major, start.version_minor) == (0, 9)
+    events = conn.receive_data(start_ok() + m(commands.Connection.TuneOk(2047, 131072, 0)) +
+                               m(commands.Connection.Open("/")))
+    assert [type(e) for e in events] == [ev.Opened] and pol.logins
+
+
 @pytest.mark.parametrize("header", [
     b"AMQP\x00\x00\x09\x00",       # AMQP 0-9 (not 0-9-1)
+    b"AMQP\x01\x01\x08\x00",       # AMQP 0-8 (RabbitMQ 3.x speaks it; this broker does not)
     b"AMQP\x01\x01\x00\x0a",       # AMQP 0-10 style
     b"AMQP\x00\x01\x00\x00",       # AMQP 1.0
     b"HTTP/1.1",
@@ -237,7 +256,7 @@ def test_bad_login_is_403(mechanism, response):
     conn, _ = new_conn()
     conn.receive_data(PROTOCOL_HEADER)
     sent(conn)
-    events = conn.receive_data(start_ok(mechanism, response))
+    events = conn.receive_data(start_ok(mechanism, response, FAILURE_CLOSE))
     assert_conn_close(conn, events, 403, "ACCESS_REFUSED - Login was refused")
 
 
@@ -245,9 +264,25 @@ def test_unsupported_mechanism_is_403():
     conn, pol = new_conn()
     conn.receive_data(PROTOCOL_HEADER)
     sent(conn)
-    events = conn.receive_data(start_ok("EXTERNAL", ""))
+    events = conn.receive_data(start_ok("EXTERNAL", "", FAILURE_CLOSE))
     assert pol.logins == []
     assert_conn_close(conn, events, 403, "unsupported authentication mechanism 'EXTERNAL'", 10, 11)
+
+
+@pytest.mark.parametrize("capabilities", [{"basic.nack": True}, {},
+                                          {"authentication_failure_close": False}])
+@pytest.mark.parametrize("mechanism,response", [("PLAIN", "\x00guest\x00wrong"), ("EXTERNAL", "")])
+def test_refused_login_without_failure_close_capability_just_closes(capabilities, mechanism, response):
+    # rabbit_reader: connection.close 403 only when the client announced
+    # authentication_failure_close; the others see the socket closed
+    conn, _ = new_conn()
+    conn.receive_data(PROTOCOL_HEADER)
+    sent(conn)
+    events = conn.receive_data(start_ok(mechanism, response, capabilities))
+    assert conn.data_to_send() == b""
+    assert [type(e) for e in events] == [ev.Closing, ev.Closed]
+    assert events[0].code == 403 and events[1].abrupt
+    assert conn.state == "closed"
 
 
 # -- tune / tune-ok --------------------------------------------------------------------------------
