@@ -13,6 +13,8 @@ import logging
 import platform
 from typing import Callable
 
+import routing
+
 from exchange_broker import __version__
 from exchange_broker.core import limits
 from exchange_broker.core import permissions as perms
@@ -226,6 +228,8 @@ class Broker:
         raw = msg.properties
         cc = has_headers and (b"\x02CC" in raw or b"\x03BCC" in raw)
         headers = msg.headers if has_headers and (vhost.headers_exchanges or cc) else None
+        if vhost.property_exchanges:  # x-consistent-hash on a property: match sees the properties
+            headers = routing.RoutingFields(msg.headers if has_headers else None, msg.props)
         queues = vhost.route(ex, msg.routing_key, headers)
         if cc:
             queues = self._route_cc(vhost, ex, msg, headers, queues)

@@ -82,6 +82,7 @@ class VHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueType] = {}
         self.headers_exchanges = 0
+        self.property_exchanges = 0  # routing reads message properties (x-consistent-hash hash-property)
         self.policies = VHostPolicies(self)  # policies and operator policies (core/policies.py)
         default = Exchange(name, "", "direct", durable=True,
                            index=routing.DefaultIndex(self.queues.__contains__))
@@ -93,6 +94,10 @@ class VHost:
         self.exchanges[ex.name] = ex
         if _wants_headers(ex.index):
             self.headers_exchanges += 1
+        if getattr(ex.index, "wants_properties", False):
+            self.property_exchanges += 1
+        if hasattr(ex.index, "attach"):  # x-local-random: sees the queues' types and locality
+            ex.index.attach(self.queues)
 
     def describe(self, kind: str, name: str) -> str:
         return describe(kind, name, self.name)
@@ -184,6 +189,8 @@ class VHost:
         del self.exchanges[ex.name]
         if _wants_headers(ex.index):
             self.headers_exchanges -= 1
+        if getattr(ex.index, "wants_properties", False):
+            self.property_exchanges -= 1
         dest = ("e", ex.name)
         for other in list(self.exchanges.values()):
             if other.index.has_destination(dest):
