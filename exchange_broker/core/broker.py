@@ -109,6 +109,18 @@ class Broker:
                 self.durability.vhost_added(name)
         return vh
 
+    def set_default_queue_type(self, name: str, queue_type: str | None, store: bool = True) -> None:
+        """The vhost's default queue type (None: classic as without one); ValueError for a type the
+        broker does not have."""
+        if queue_type is not None and queue_type not in self.queue_types:
+            raise ValueError(f"unsupported queue type '{queue_type}' (one of "
+                             f"{', '.join(sorted(self.queue_types))})")
+        vh = self.vhosts[name]
+        if vh.default_queue_type != queue_type:
+            vh.default_queue_type = queue_type
+            if store:
+                self.durability.vhost_added(name, queue_type)
+
     def add_user(self, name: str, password: str | None, tags: list[str] | None = None, *,
                  password_hash: str | None = None, hashing_algorithm: str | None = None,
                  store: bool = True) -> User:

@@ -69,6 +69,15 @@ def _norm(value):
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
 
 
+def with_default_type(default: str, durable: bool, exclusive: bool, auto_delete: bool) -> str:
+    """The x-queue-type a declaration without one gets in a vhost whose default queue type is
+    ``default`` (RabbitMQ's augment_declare_args): a queue the type cannot be (quorum and stream
+    queues are durable, not exclusive, not auto-delete) falls back to classic."""
+    if default != "classic" and (not durable or exclusive or auto_delete):
+        return "classic"
+    return default
+
+
 def _wants_headers(index) -> bool:
     """Routing through this index reads message headers (headers exchanges, also x-delayed-message
     of x-delayed-type headers; a super stream's x-partition)."""
@@ -84,6 +93,7 @@ class VHost:
         self.headers_exchanges = 0
         self.property_exchanges = 0  # routing reads message properties (x-consistent-hash hash-property)
         self.policies = VHostPolicies(self)  # policies and operator policies (core/policies.py)
+        self.default_queue_type: str | None = None  # RabbitMQ's default_queue_type (None: classic)
         default = Exchange(name, "", "direct", durable=True,
                            index=routing.DefaultIndex(self.queues.__contains__))
         self.exchanges[""] = default
@@ -302,6 +312,9 @@ class VHost:
         if server_named:
             name = server_name or generated("amq.gen-")  # server_name: checked for permission
         check_name("queue", name, cid, mid)
+        if self.default_queue_type is not None and _norm(arguments.get("x-queue-type")) in (None, ""):
+            arguments = {**arguments, "x-queue-type": with_default_type(
+                self.default_queue_type, durable, exclusive, auto_delete)}
         existing = self.queues.get(name)
         if name.startswith("amq.") and not server_named:  # RabbitMQ: even when it exists
             raise AMQPError(ACCESS_REFUSED, f"queue name '{name}' contains reserved "
