@@ -19,6 +19,7 @@ from exchange_broker.connection.confirms import ConfirmMethods
 from exchange_broker.connection.consumer import Consumer
 from exchange_broker.connection.definitions import DefinitionMethods
 from exchange_broker.connection.publishing import PublishMethods
+from exchange_broker.connection.timeouts import ConsumerTimeoutMethods
 from exchange_broker.connection.transactions import TransactionMethods
 from exchange_broker.core import permissions as perms
 from exchange_broker.core.message import Message
@@ -38,7 +39,7 @@ B, Q, E, C = commands.Basic, commands.Queue, commands.Exchange, commands.Channel
 OUTPUT_BUDGET = 512 * 1024  # delivery bytes a connection may queue before its flush
 
 
-class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMethods):
+class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMethods, ConsumerTimeoutMethods):
     def __init__(self, session, number: int) -> None:
         self.session = session
         self.number = number
@@ -52,6 +53,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         self.closed = False
         self._confirm_init()
         self._tx_init()
+        self._timeouts_init()
         self.stats_published = 0
         self.stats_delivered = 0
         self.stats_acked = 0
@@ -157,6 +159,10 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
     # -- acknowledgements ----------------------------------------------------------------------------
     def ack(self, kind: int, delivery_tag: int, multiple: bool, requeue: bool) -> None:
         """basic.ack (kind 0), basic.nack (1), basic.reject (2)."""
+        if self.released:  # deliveries a consumer timeout took back (connection/timeouts.py)
+            delivery_tag = self._forget_released(delivery_tag, multiple)
+            if delivery_tag is None:
+                return
         if kind:  # the queue type may refuse a nack/reject (a stream: 540)
             for msg, _consumer in self._covered(delivery_tag, multiple):
                 if msg.queue is not None:
@@ -365,21 +371,6 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         entries = list(self.unacked.values())
         self.unacked.clear()
         self._settle(entries, 1, True)
-
-    # -- consumer timeout ------------------------------------------------------------------------------
-    def timed_out(self, now: float, default_ms: int) -> AMQPError | None:
-        """The 406 to close this channel with, when a delivery waited too long for its ack."""
-        for n, (msg, _consumer) in enumerate(self.unacked.values()):
-            if n >= 64:
-                break
-            q = msg.queue
-            timeout = (q.options.consumer_timeout if q is not None else None) or default_ms
-            if timeout and msg.delivered_at and now - msg.delivered_at > timeout / 1000.0:
-                return AMQPError(PRECONDITION_FAILED, f"delivery acknowledgement on channel "
-                                 f"{self.number} timed out. Timeout value used: {timeout} ms. This "
-                                 f"timeout value can be configured, see consumers doc guide to learn "
-                                 f"more", hard=False)
-        return None
 
     # -- teardown ------------------------------------------------------------------------------------
     def close(self) -> None:
