@@ -22,6 +22,7 @@ from exchange_broker.connection.publishing import PublishMethods
 from exchange_broker.connection.timeouts import ConsumerTimeoutMethods
 from exchange_broker.connection.transactions import TransactionMethods
 from exchange_broker.core import permissions as perms
+from exchange_broker.core import tracing
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import generated
 from exchange_broker.core.queue_args import amqp_type
@@ -103,6 +104,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                                              conn.frame_max))
         self.stats_delivered += 1
         sess.broker.stats["deliver"] += 1
+        if sess.vhost.tracing:  # the firehose: deliver.<queue>
+            tracing.tap_out(sess.broker, sess.vhost, msg, sess, self.number)
         q = msg.queue  # the queue's message_stats (admin API)
         if msg.redelivered:
             q.stats_redeliver += 1
@@ -131,6 +134,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         """After a get-ok: settle it, or await its ack (no consumer's prefetch counts it).
         Deliveries to consumers do the same inline in ``_deliver``."""
         msg.delivered_at = monotonic()  # the consumer timeout covers basic.get too
+        if self.session.vhost.tracing:  # the firehose: deliver.<queue>
+            tracing.tap_out(self.session.broker, self.session.vhost, msg, self.session, self.number)
         q = msg.queue
         if no_ack:
             q.settle(msg)

@@ -81,7 +81,7 @@ class PublishMethods:
         msg = Message(ex.name, routing_key, properties, body, dm == 2, prio)
         ttl = parse_expiration(msg.props.get("expiration")) if flags & codec.FLAG_EXPIRATION else None
         routed, waiter, rejected = sess.broker.publish(sess.vhost, ex, msg,
-                                                       bool(flags & codec.FLAG_HEADERS), sess, ttl)
+                                                       bool(flags & codec.FLAG_HEADERS), sess, ttl, self.number)
         if not routed and mandatory:
             self._return_unroutable(ex.name, routing_key, properties, body)
         if seq:

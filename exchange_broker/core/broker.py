@@ -16,7 +16,7 @@ from typing import Callable
 import routing
 
 from exchange_broker import __version__
-from exchange_broker.core import limits
+from exchange_broker.core import limits, tracing
 from exchange_broker.core import permissions as perms
 from exchange_broker.core import users as users_mod
 from exchange_broker.core.auth import HASHING_SHA256, User, hash_password
@@ -120,6 +120,13 @@ class Broker:
             vh.default_queue_type = queue_type
             if store:
                 self.durability.vhost_added(name, queue_type)
+
+    def set_tracing(self, name: str, on: bool) -> None:
+        """The firehose on or off in vhost ``name`` (RabbitMQ's trace_on / trace_off)."""
+        vh = self.vhosts[name]
+        if vh.tracing != on:
+            vh.tracing = on
+            log.info("%s tracing for vhost '%s'", "enabling" if on else "disabling", name)
 
     def add_user(self, name: str, password: str | None, tags: list[str] | None = None, *,
                  password_hash: str | None = None, hashing_algorithm: str | None = None,
@@ -228,9 +235,10 @@ class Broker:
 
     # -- publish path --------------------------------------------------------------------------
     def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
-                publisher: Connection | None = None, per_message_ttl: int | None = None
-                ) -> tuple[bool, Waiter | None, bool]:
-        """Route and enqueue. Returns (routed, durability waiter or None, rejected)."""
+                publisher: Connection | None = None, per_message_ttl: int | None = None,
+                channel: int = 0) -> tuple[bool, Waiter | None, bool]:
+        """Route and enqueue. Returns (routed, durability waiter or None, rejected). ``channel``:
+        the publisher's channel number (the firehose's ``channel`` header)."""
         self.stats["publish"] += 1
         ex.stats_in += 1  # the exchange's publish_in (admin API message_stats)
         if ex.holds_messages:  # x-delayed-message
@@ -245,6 +253,8 @@ class Broker:
         queues = vhost.route(ex, msg.routing_key, headers)
         if cc:
             queues = self._route_cc(vhost, ex, msg, headers, queues)
+        if vhost.tracing:
+            tracing.tap_in(self, vhost, msg, queues, publisher, channel)
         if not queues:
             self.stats["return_unroutable"] += 1
             return False, None, False

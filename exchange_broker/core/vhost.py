@@ -20,7 +20,8 @@ from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.core.queue import QueueType
 
 BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
-                     ("amq.headers", "headers"), ("amq.match", "headers"))
+                     ("amq.headers", "headers"), ("amq.match", "headers"),
+                     ("amq.rabbitmq.trace", "topic"))  # the firehose (core/tracing.py): internal
 
 # Queue arguments whose values must match on redeclaration (RabbitMQ's equivalence list).
 QUEUE_EQUIVALENT_ARGS = ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-expires",
@@ -98,7 +99,9 @@ class VHost:
                            index=routing.DefaultIndex(self.queues.__contains__))
         self.exchanges[""] = default
         for xname, xtype in BUILTIN_EXCHANGES:
-            self._add_exchange(Exchange(name, xname, xtype, durable=True))
+            self._add_exchange(Exchange(name, xname, xtype, durable=True,
+                                        internal=xname == "amq.rabbitmq.trace"))
+        self.tracing = False  # the firehose is on (core/tracing.py)
 
     def _add_exchange(self, ex: Exchange) -> None:
         self.exchanges[ex.name] = ex

@@ -20,6 +20,7 @@ class VhostBody(BaseModel):
     description: str = ""
     tags: str | list[str] = ""
     default_queue_type: str | None = None
+    tracing: bool | None = None
 
 
 # ---- service -----------------------------------------------------------------------------------
@@ -29,7 +30,7 @@ def vhost_info(vh, unacked: dict) -> dict:
     dqt = vh.default_queue_type
     metadata = {"description": "", "tags": [], **({"default_queue_type": dqt} if dqt else {})}
     return {"name": vh.name, "description": "Default virtual host" if vh.name == "/" else "",
-            "tags": [], "metadata": metadata, "tracing": False,
+            "tags": [], "metadata": metadata, "tracing": vh.tracing,
             "default_queue_type": dqt or "classic", "cluster_state": {NODE: "running"},
             "messages": ready + unack, "messages_ready": ready, "messages_unacknowledged": unack}
 
@@ -58,17 +59,23 @@ def default_queue_type_of(body: dict) -> str | None:
 
 
 def add_vhost(ctx: AdminContext, name: str, who: Principal | None = None, body: dict | None = None) -> bool:
-    """Create the vhost (or update it): ``default_queue_type`` from ``body`` when given."""
+    """Create the vhost (or update it): ``default_queue_type`` and ``tracing`` from ``body`` when
+    given."""
     check_admin(who)
     if not name or len(name.encode("utf-8")) > 255:
         raise bad_request("invalid vhost name")
     dqt = default_queue_type_of(body or {})
+    tracing = (body or {}).get("tracing")
+    if tracing is not None and not isinstance(tracing, bool):
+        raise bad_request("tracing must be true or false")
     if dqt is not None and dqt not in ctx.broker.queue_types:
         raise bad_request(f"unsupported queue type '{dqt}' (one of {', '.join(sorted(ctx.broker.queue_types))})")
     was_created = name not in ctx.broker.vhosts
     ctx.broker.add_vhost(name)
     if dqt is not None:
         ctx.broker.set_default_queue_type(name, dqt)
+    if tracing is not None:  # the firehose (core/tracing.py), as rabbitmqctl trace_on/trace_off
+        ctx.broker.set_tracing(name, tracing)
     return was_created
 
 
