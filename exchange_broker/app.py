@@ -111,9 +111,14 @@ def build_broker(clock: Clock, *, durability=None, config: Config | None = None)
     """The broker with the standard queue types, its clock and durability, and the settings of
     ``config`` (the defaults without one)."""
     config = config or Config()
-    return make_broker(clock=clock, durability=durability, consumer_timeout_ms=config.consumer_timeout,
-                       max_connections=config.max_connections, default_user=config.default_user,
-                       default_pass=config.default_pass)
+    broker = make_broker(clock=clock, durability=durability, consumer_timeout_ms=config.consumer_timeout,
+                         max_connections=config.max_connections, default_user=config.default_user,
+                         default_pass=config.default_pass)
+    if config.event_exchange:  # before recovery: durable queues bound to it get their bindings back
+        from exchange_broker.core.events import EventExchange
+        broker.events = EventExchange(broker)
+        broker.events.install()
+    return broker
 
 
 def recover(broker: Broker, durability, window: int) -> None:

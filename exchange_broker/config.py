@@ -133,6 +133,9 @@ class Config:
     default_user: str = setting("guest", "the user created at boot, an administrator with all permissions "
                                          "on / (RabbitMQ's default_user)", group="start-up")
     default_pass: str = setting("guest", "its password (RabbitMQ's default_pass)", group="start-up")
+    event_exchange: bool = setting(
+        False, "publish the broker's events (queue.created, connection.closed, ...) to the exchange "
+               "amq.rabbitmq.event of vhost / (RabbitMQ's rabbitmq_event_exchange plugin)", group="start-up")
     # -- cluster ----------------------------------------------------------------------------------------
     cluster: bool = setting(False, "join the cluster of the nodes on the same PostgreSQL --database-url "
                                    "(see --cluster-mode)", group="cluster")

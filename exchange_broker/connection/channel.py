@@ -72,10 +72,16 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 raise m.error()
             raise AMQPError(COMMAND_INVALID, f"unimplemented method {m.name}", m.index >> 16,
                             m.index & 0xFFFF, hard=True)
+        events = self.session.broker.events
+        if events is not None:  # the event exchange names the user whose method this is
+            events.acting_user = self.session.user
         try:
             handler(self, m)
         except AMQPError as err:
             raise err.for_method(m.index >> 16, m.index & 0xFFFF)
+        finally:
+            if events is not None:
+                events.acting_user = None
 
     def _ignore(self, m) -> None:
         pass
@@ -281,6 +287,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         if not m.nowait:
             self.reply(B.ConsumeOk(consumer.tag))
         q.add_consumer(consumer)
+        if sess.broker.events is not None:
+            sess.broker.events.consumer_created(self, consumer)
 
     def _new_consumer(self, queue, tag: str, no_ack: bool, exclusive: bool, arguments: dict) -> Consumer:
         if not tag:
@@ -311,6 +319,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         if c is not None:
             c.active = False
             c.queue.remove_consumer(c)
+            if self.session.broker.events is not None:
+                self.session.broker.events.consumer_deleted(self, c)
         return c
 
     def consumer_cancelled_by_broker(self, c: Consumer) -> None:
@@ -386,6 +396,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         # requeue first (no consumer of this channel can take them now), then cancel consumers:
         # a single-active-consumer queue hands over with the old unacked messages at the head
         self.requeue_all()
+        if self.session.broker.events is not None:
+            self.session.broker.events.channel_closed(self)
         for tag in list(self.consumers):
             self.cancel(tag)
         self.session.broker.reply_to.cancel(self)

@@ -259,6 +259,8 @@ class Session:
                     if old.number == event.channel:  # reopened before its close-ok: queue behind
                         self.conn.seal(slot)
                 self.channels[event.channel] = Channel(self, event.channel)
+                if self.broker.events is not None:
+                    self.broker.events.channel_created(self, event.channel)
             elif t is ev.ChannelClosed:
                 ch = self.channels.pop(event.channel, None)
                 if ch is not None:
@@ -269,6 +271,8 @@ class Session:
                 self.user = event.user
                 self.client_properties = event.client_properties
                 self.broker.sessions.add(self)
+                if self.broker.events is not None:
+                    self.broker.events.connection_created(self)
                 log.info("connection %s opened: user '%s', vhost '%s', mechanism %s", self.name,
                          logsafe(event.user), logsafe(event.vhost), self.auth_mechanism)
             elif t is ev.Closing:
@@ -330,6 +334,8 @@ class Session:
         for q in list(self.throttled_by):
             q.flow_blocked.discard(self)
         self.throttled_by.clear()
+        if self.broker.events is not None and self in self.broker.sessions:
+            self.broker.events.connection_closed(self)
         self.broker.sessions.discard(self)
 
     def connection_lost(self) -> None:

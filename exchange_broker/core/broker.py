@@ -84,6 +84,7 @@ class Broker:
         # once at its end (see dispatch_deferred); None: they dispatch at once
         self.dispatch_later: list | None = None
         self.stats = {"publish": 0, "deliver": 0, "ack": 0, "confirm": 0, "return_unroutable": 0}
+        self.events = None  # core/events.py EventExchange with serve --event-exchange
         self.add_vhost("/", store=False)
         if default_user:
             self.add_user(default_user, default_pass, ["administrator"], store=False)
@@ -107,6 +108,8 @@ class Broker:
             vh = self.vhosts[name] = VHost(self, name)
             if store:
                 self.durability.vhost_added(name)
+            if self.events is not None:
+                self.events.vhost_event(True, name)
         return vh
 
     def set_default_queue_type(self, name: str, queue_type: str | None, store: bool = True) -> None:
@@ -134,6 +137,8 @@ class Broker:
         if password_hash is None:
             password_hash = hash_password(password) if password else ""
         user = User(name, password_hash, hashing_algorithm or HASHING_SHA256, list(tags or []))
+        if self.events is not None and name not in self.users:
+            self.events.user_event(True, name)
         self.users[name] = user
         if store:
             users_mod.stored_user(self, user)
@@ -153,6 +158,8 @@ class Broker:
         """Remove the user and its permissions; its connections are closed with 320."""
         if not users_mod.delete_user(self, name):
             return False
+        if self.events is not None:
+            self.events.user_event(False, name)
         perms.forget_topic_permissions(self, user=name)
         limits.forget_user(self, name)
         return True
@@ -164,6 +171,8 @@ class Broker:
         """Close its connections (320), drop its queues, exchanges and permissions."""
         if not users_mod.delete_vhost(self, name):
             return False
+        if self.events is not None:
+            self.events.vhost_event(False, name)
         perms.forget_topic_permissions(self, vhost=name)
         limits.forget_vhost(self, name)
         return True

@@ -180,6 +180,8 @@ class VHost:
             self.broker.durability.exchange_declared(ex)
         if type == routing.X_SUPER_STREAM:
             super_streams.create_partitions(self, ex)
+        if self.broker.events is not None:
+            self.broker.events.exchange_created(ex)
         return ex
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
@@ -212,6 +214,8 @@ class VHost:
         if ex.durable or self.broker.definitions_shared:
             self.broker.durability.exchange_deleted(ex)
         self.broker.on_exchange_deleted(ex)
+        if self.broker.events is not None:
+            self.broker.events.exchange_deleted(ex)
 
     def _maybe_auto_delete(self, ex: Exchange) -> None:
         if ex.auto_delete and not len(ex.index) and ex.name in self.exchanges:
@@ -246,6 +250,8 @@ class VHost:
                             method_id, hard=False) from None
         if added and self._durable_binding(ex, dest_type, dest):
             self.broker.durability.binding_added(self.name, source, dest_type, dest, routing_key, arguments)
+        if added and self.broker.events is not None:
+            self.broker.events.binding(True, self.name, source, dest_type, dest, routing_key, arguments, owner)
 
     def unbind(self, source: str, dest_type: str, dest: str, routing_key: str, arguments: dict | None,
                class_id: int, method_id: int, owner: object = None) -> None:
@@ -268,6 +274,9 @@ class VHost:
         except ValueError:
             removed = False
         if removed:
+            if self.broker.events is not None:
+                self.broker.events.binding(False, self.name, source, dest_type, dest, routing_key, arguments,
+                                           owner)
             if self._durable_binding(ex, dest_type, dest):
                 self.broker.durability.binding_removed(self.name, source, dest_type, dest, routing_key,
                                                        arguments)
@@ -351,6 +360,8 @@ class VHost:
         self.policies.apply_queue(q)
         if durable or self.broker.definitions_shared:
             self.broker.durability.queue_declared(q)
+        if self.broker.events is not None:
+            self.broker.events.queue_created(q, owner)
         return q
 
     def delete_queue(self, name: str, if_unused: bool = False, if_empty: bool = False,
@@ -382,6 +393,8 @@ class VHost:
         self.broker.on_queue_deleted(q)
         if q.durable or self.broker.definitions_shared:
             self.broker.durability.queue_deleted(q)
+        if self.broker.events is not None:
+            self.broker.events.queue_deleted(q)
         q.on_deleted()
         return count
 
