@@ -98,3 +98,24 @@ def test_internal_and_off_by_default(event_broker, broker, connect):
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
         connect().channel().exchange_declare("amq.rabbitmq.event", "topic", passive=True)
     assert err.value.reply_code == 404
+
+
+def test_durable_binding_to_the_event_exchange_survives_a_restart(spawn_broker):
+    b = spawn_broker("--event-exchange")
+    conn = pika.BlockingConnection(pika.URLParameters(b.url))
+    ch = conn.channel()
+    ch.queue_declare("audit", durable=True)
+    ch.queue_bind("audit", "amq.rabbitmq.event", "queue.*")
+    conn.close()
+    assert b.terminate() == 0
+    b = spawn_broker("--event-exchange")
+    conn = pika.BlockingConnection(pika.URLParameters(b.url))
+    try:
+        ch = conn.channel()
+        ch.queue_purge("audit")
+        ch.queue_declare("after-restart")
+        assert wait_until(lambda: ch.queue_declare("audit", durable=True, passive=True).method.message_count == 1)
+        m, props, _ = ch.basic_get("audit", auto_ack=True)
+        assert m.routing_key == "queue.created" and props.headers["name"] == "after-restart"
+    finally:
+        conn.close()
