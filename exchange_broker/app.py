@@ -278,11 +278,11 @@ class Application:
         """A cluster node listens at once: while it stands by, its AMQP and admin listeners pass
         every client to the active node (exchange_broker.cluster.forward, standby_admin). The
         ports they bound are the ones the node serves on once active (``--port 0`` included)."""
-        from exchange_broker.cluster.forward import Forwarder
+        from exchange_broker.cluster.forward import ConnectionSplicer
         from exchange_broker.cluster.standby_admin import StandbyAdminApp
         from exchange_broker.management.server import AdminServer
         config = self.config
-        amqp = Forwarder(config.host, config.port, lambda: self.cluster.amqp_target() if self.cluster else None)
+        amqp = ConnectionSplicer(config.host, config.port, lambda: self.cluster.amqp_target() if self.cluster else None)
         try:
             await amqp.start()
         except OSError as exc:

@@ -45,7 +45,12 @@ class BindingTable:
     Subclasses maintain their match structures via ``_validate``, ``_added``
     and ``_removed``. Lists returned by ``match`` may be cached: treat them as
     read-only.
+
+    ``wants_headers``: ``match`` reads the message's headers (the core decodes them only for
+    exchanges whose index says so).
     """
+
+    wants_headers = False
 
     def __init__(self) -> None:
         self._bindings: dict[BindingKey, Binding] = {}

@@ -7,6 +7,8 @@ from typing import Callable
 class DefaultIndex:
     """The default exchange "": routes to the queue named by the routing key."""
 
+    wants_headers = False
+
     def __init__(self, queue_exists: Callable[[str], bool]) -> None:
         self._queue_exists = queue_exists
 

@@ -103,6 +103,8 @@ def headers_match(require_all: bool, pairs: tuple, headers: dict) -> bool:
 class HeadersIndex(BindingTable):
     """Routing key ignored; each binding's x-match rule is evaluated per message."""
 
+    wants_headers = True
+
     def __init__(self) -> None:
         super().__init__()
         self._rules: dict[BindingKey, tuple[Dest, bool, tuple]] = {}

@@ -23,15 +23,15 @@ import time
 from collections import deque
 from typing import Callable, Iterable
 
+from exchange_broker.protocol.frames import content_frames, publish_method
+
 from .amqp import ConnectionClosed
-from .amqp.codec import (CONTENT_HDR, FRAME_BODY, FRAME_HEADER, FRAME_METHOD, HDR,
-                         publish_frames)
+from .amqp.codec import publish_frames
 from .rows import PROPERTY_FIELDS
 
 __all__ = ["PublishStats", "publish_batches", "frames_for_batch"]
 
-_END = b"\xce"
-_EMPTY_HEADER = HDR.pack(FRAME_HEADER, 1, 14)
+_NO_PROPERTIES = b"\x00\x00"  # property flags: none set
 
 
 class PublishStats:
@@ -78,9 +78,7 @@ def _method(exchange: str, routing_key: str, mandatory: bool, cache: dict) -> by
         if len(ex) > 255 or len(rk) > 255:
             raise ValueError(f"exchange or routing key longer than 255 bytes: {exchange[:40]!r}, "
                              f"{routing_key[:40]!r}")
-        payload = (b"\x00\x3c\x00\x28\x00\x00" + bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
-                   + (b"\x01" if mandatory else b"\x00"))
-        frame = HDR.pack(FRAME_METHOD, 1, len(payload)) + payload + _END
+        frame = publish_method(1, bytes((len(ex),)) + ex, bytes((len(rk),)) + rk, mandatory)
         if len(cache) < 10000:
             cache[key] = frame
     return frame
@@ -135,12 +133,8 @@ def frames_for_batch(batch, exchange: str | None, routing_key: str | None, manda
         if p or len(body) > step:
             out.append(publish_frames(ex, rk, body, p, mandatory, frame_max))
             continue
-        method = _method(ex, rk, mandatory, cache)
-        if body:
-            out.append(b"".join((method, _EMPTY_HEADER, CONTENT_HDR.pack(60, 0, len(body), 0),
-                                 _END, HDR.pack(FRAME_BODY, 1, len(body)), body, _END)))
-        else:
-            out.append(b"".join((method, _EMPTY_HEADER, CONTENT_HDR.pack(60, 0, 0, 0), _END)))
+        out.append(_method(ex, rk, mandatory, cache)
+                   + b"".join(content_frames(1, 60, _NO_PROPERTIES, body, frame_max)))
     return out, size
 
 

@@ -16,9 +16,9 @@ from pamqp import commands
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
-from .wire import (_ACK_FRAME, _ACKNACK, _FRAME_HDR, _HEARTBEAT, _U32, _U64, DEFAULT_FRAME_MAX,
+from .wire import (_ACKNACK, _FRAME_HDR, _HEARTBEAT, _U32, _U64, DEFAULT_FRAME_MAX,
                    FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
-                   FRAME_OVERHEAD, M_BASIC_ACK, M_BASIC_DELIVER, M_BASIC_NACK)
+                   FRAME_OVERHEAD, M_BASIC_ACK, M_BASIC_DELIVER, M_BASIC_NACK, ack_frame)
 
 
 class AMQPError(Exception):
@@ -137,16 +137,14 @@ class Connection(asyncio.Protocol):
                         if self._unacked >= self.ack_every:
                             if ack_frames is None:
                                 ack_frames = []
-                            ack_frames.append(_ACK_FRAME.pack(
-                                FRAME_METHOD, self.CHANNEL, 13, 60, 80,
-                                self._last_tag, 1 if self.ack_every > 1 else 0,
-                                FRAME_END))
+                            ack_frames.append(ack_frame(self.CHANNEL, self._last_tag,
+                                                        self.ack_every > 1))
                             self._unacked = 0
                             self.acks_sent += 1
                     if self.verify:
                         self._v_need_seq = True
                 elif mid == M_BASIC_ACK or mid == M_BASIC_NACK:
-                    tag, bits = _ACKNACK.unpack_from(buf, pos + 11)
+                    tag, bits = _ACKNACK.unpack_from(buf, pos + 11)  # the payload's args
                     self._on_confirm(tag, bits & 1, mid == M_BASIC_ACK)
                 else:
                     self._cold_frame(bytes(buf[pos:end + 1]))
@@ -175,9 +173,7 @@ class Connection(asyncio.Protocol):
     def _flush_acks(self):
         self._ack_flush = None
         if self._unacked and not self.transport.is_closing():
-            self.transport.write(_ACK_FRAME.pack(
-                FRAME_METHOD, self.CHANNEL, 13, 60, 80, self._last_tag,
-                1 if self.ack_every > 1 else 0, FRAME_END))
+            self.transport.write(ack_frame(self.CHANNEL, self._last_tag, self.ack_every > 1))
             self._unacked = 0
             self.acks_sent += 1
 

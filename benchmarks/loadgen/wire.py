@@ -11,21 +11,19 @@ from pamqp import commands
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
-FRAME_OVERHEAD = 8  # 7 byte header + 1 byte frame-end
+from exchange_broker.protocol import frames
+from exchange_broker.protocol.constants import (FRAME_BODY, FRAME_END, FRAME_HEADER,  # noqa: F401
+                                                FRAME_HEARTBEAT, FRAME_METHOD, FRAME_OVERHEAD)
 
-_FRAME_HDR = struct.Struct(">BHI")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_ACKNACK = struct.Struct(">QB")  # delivery-tag, bits
-# basic.ack method frame: type, channel, size(=13), class 60, method 80,
-# delivery-tag, bits, frame-end
-_ACK_FRAME = struct.Struct(">BHIHHQBB")
-_HEARTBEAT = bytes([FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END])
+# the project's one codec (exchange_broker.protocol.frames) under the names the load generator's
+# hot loops use
+_FRAME_HDR = frames.FRAME_HEAD
+_U32 = frames.METHOD_ID
+_ACKNACK = frames.TAG_BITS     # delivery-tag, bits
+_HEARTBEAT = frames.HEARTBEAT_FRAME
+_frame = frames.frame
+ack_frame = frames.ack_frame
+_U64 = struct.Struct(">Q")      # a delivery tag, a body size, a message's sequence number
 
 # (class_id << 16) | method_id, read as one big-endian u32 from the payload
 M_BASIC_DELIVER = (60 << 16) | 60
@@ -35,8 +33,6 @@ M_BASIC_NACK = (60 << 16) | 120
 DEFAULT_FRAME_MAX = 131072
 
 
-
-
 def _shortstr(value: str) -> bytes:
     raw = value.encode("utf-8")
     if len(raw) > 255:
@@ -44,23 +40,12 @@ def _shortstr(value: str) -> bytes:
     return bytes([len(raw)]) + raw
 
 
-def _frame(ftype: int, channel: int, payload: bytes) -> bytes:
-    return _FRAME_HDR.pack(ftype, channel, len(payload)) + payload + b"\xce"
-
-
 def encode_publish(channel: int, exchange: str, routing_key: str, body: bytes,
                    delivery_mode: int, frame_max: int) -> bytes:
     """basic.publish + content header + body frame(s), as raw bytes."""
-    method = (struct.pack(">HHH", 60, 40, 0) + _shortstr(exchange)
-              + _shortstr(routing_key) + b"\x00")  # mandatory=0 immediate=0
-    # class-id, weight, body-size, property-flags (bit 12 = delivery-mode)
-    header = struct.pack(">HHQHB", 60, 0, len(body), 0x1000, delivery_mode)
-    out = [_frame(FRAME_METHOD, channel, method),
-           _frame(FRAME_HEADER, channel, header)]
-    chunk = frame_max - FRAME_OVERHEAD
-    for i in range(0, len(body), chunk):
-        out.append(_frame(FRAME_BODY, channel, body[i:i + chunk]))
-    return b"".join(out)
+    properties = b"\x10\x00" + bytes((delivery_mode,))  # property flags: delivery-mode only
+    return b"".join(frames.publish_frames(channel, _shortstr(exchange), _shortstr(routing_key), False,
+                                          properties, body, frame_max))
 
 
 def encode_publish_pamqp(channel, exchange, routing_key, body, delivery_mode,

@@ -35,8 +35,8 @@ def split_address(address: str) -> tuple[str, int]:
 class _End(asyncio.Protocol):
     """One end of a splice: what it reads goes to ``other``; a full buffer here pauses ``other``."""
 
-    def __init__(self, forwarder: "Forwarder") -> None:
-        self.forwarder = forwarder
+    def __init__(self, splicer: "ConnectionSplicer") -> None:
+        self.splicer = splicer
         self.transport: asyncio.Transport | None = None
         self.other: _End | None = None
         self.early: list[bytes] = []  # read before the two ends were linked
@@ -57,7 +57,7 @@ class _End(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.transport = None
-        self.forwarder.ends.discard(self)
+        self.splicer.ends.discard(self)
         if self.other is not None and self.other.transport is not None:
             self.other.transport.close()  # flushes what is buffered, then closes
 
@@ -85,12 +85,12 @@ class _End(asyncio.Protocol):
 class _ClientEnd(_End):
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
-        self.forwarder.ends.add(self)
+        self.splicer.ends.add(self)
         transport.pause_reading()
-        self.forwarder.loop.create_task(self._connect())
+        self.splicer.loop.create_task(self._connect())
 
     async def _connect(self) -> None:
-        target = self.forwarder.target()
+        target = self.splicer.target()
         client = self.transport.get_extra_info("peername") if self.transport is not None else None
         if target is None:
             log.info("cluster: no active node to pass connection %s to; closing it", _name(client))
@@ -99,7 +99,7 @@ class _ClientEnd(_End):
         try:
             host, port = split_address(target)
             _transport, upstream = await asyncio.wait_for(
-                self.forwarder.loop.create_connection(lambda: _End(self.forwarder), host, port), CONNECT_TIMEOUT)
+                self.splicer.loop.create_connection(lambda: _End(self.splicer), host, port), CONNECT_TIMEOUT)
         except (OSError, ValueError, asyncio.TimeoutError) as exc:
             log.info("cluster: cannot reach the active node at %s for connection %s: %s", target, _name(client),
                      exc.__class__.__name__ if not str(exc) else " ".join(str(exc).split()))
@@ -108,9 +108,9 @@ class _ClientEnd(_End):
         if self.transport is None:  # the client hung up meanwhile
             upstream.close()
             return
-        self.forwarder.ends.add(upstream)
+        self.splicer.ends.add(upstream)
         seen_as = upstream.transport.get_extra_info("sockname")
-        if self.forwarder.proxy_line and client and seen_as and is_loopback(seen_as[0]):
+        if self.splicer.proxy_line and client and seen_as and is_loopback(seen_as[0]):
             upstream.transport.write(proxy_line(client, upstream.transport.get_extra_info("peername")))
         self.link(upstream)
         self.transport.resume_reading()
@@ -127,7 +127,7 @@ def proxy_line(client: tuple, server: tuple | None) -> bytes:
     return f"PROXY {family} {client[0]} {server[0]} {client[1]} {server[1]}\r\n".encode("ascii")
 
 
-class Forwarder:
+class ConnectionSplicer:
     """Listens on ``host:port`` and splices each connection to ``target()`` ('host:port' or None)."""
 
     def __init__(self, host: str, port: int, target: Callable[[], "str | None"], what: str = "AMQP",

@@ -31,7 +31,7 @@ from persistence.cluster_leaders import Leader, LeadersStore, node_fence
 from persistence.cluster_store import ClusterStore, NodeNameInUse
 from sqlalchemy.exc import SQLAlchemyError
 
-from exchange_broker.cluster.node import ClusterStartError, beat_forever, cancel_task, leave
+from exchange_broker.cluster.node import ClusterStartError, beat_forever, cancel_task, guard_stale, leave
 
 log = logging.getLogger("exchange_broker.cluster")
 
@@ -54,7 +54,6 @@ class LeaderNode:
         self.leaders: dict[tuple[str, str], Leader] = {}
         self.members: dict[str, str] = {}  # live nodes -> AMQP address, read each beat
         self.on_lost: Callable[[str], None] = lambda why: None  # fail-stop (the application exits)
-        self.on_leaders: Callable[[], None] = lambda: None  # the leaders changed: place the queues again
         self.listening: tuple[str, str] = ("", "")
         self.last_beat_ok = time.monotonic()
         self.stale_after = max(failover_timeout - heartbeat, heartbeat)
@@ -113,11 +112,8 @@ class LeaderNode:
         return leader, elsewhere
 
     def guard(self) -> None:
-        """Before this node answers a client: a node whose last confirmed beat is older than its
-        lease allows may have been evicted (paused, cut off from the database), so it stops."""
-        if self.role == "leader" and time.monotonic() - self.last_beat_ok > self.stale_after:
-            self._lose(f"its last heartbeat was {time.monotonic() - self.last_beat_ok:.1f} s ago, longer than its "
-                       f"lease allows ({self.stale_after:.1f} s): other nodes may lead its queues now")
+        """Before this node answers a client: it may have been evicted (see ``guard_stale``)."""
+        guard_stale(self, "leader", "other nodes may lead its queues now")
 
     # -- serving ----------------------------------------------------------------------------------------
     async def serving(self, broker, amqp_address: str, admin_address: str) -> None:

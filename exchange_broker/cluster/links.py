@@ -1,4 +1,4 @@
-"""The node's links to other nodes: one :class:`~exchange_broker.cluster.link.Link` per (node
+"""The node's links to other nodes: one :class:`~exchange_broker.client.Connection` per (node
 address, vhost), opened when first needed and opened again after it was lost, and one
 :class:`Forwarder` per link: the confirm-mode channel publishes for queues another node leads go
 through (docs/cluster-design.md, step 3).
@@ -18,7 +18,7 @@ from collections import deque
 from functools import partial
 from typing import Callable, NamedTuple
 
-from exchange_broker.cluster.link import Link, LinkChannel, LinkError
+from exchange_broker.client import Channel, ClientError, Connection
 from exchange_broker.core.ports import Waiter
 
 log = logging.getLogger("exchange_broker.cluster")
@@ -53,16 +53,16 @@ class Links:
         self.password = password
         self.name = name
         self.heartbeat = heartbeat
-        self._links: dict[tuple, Link] = {}
+        self._links: dict[tuple, Connection] = {}
         self._opening: dict[tuple, asyncio.Task] = {}
         self._forwarders: dict[tuple, Forwarder] = {}
-        self._failed: dict[tuple, tuple[float, LinkError]] = {}  # key -> (when, why)
+        self._failed: dict[tuple, tuple[float, ClientError]] = {}  # key -> (when, why)
         self.closed = False
 
-    async def link(self, address: Address, vhost: str) -> Link:
+    async def link(self, address: Address, vhost: str) -> Connection:
         """The open link to ``address`` for ``vhost`` (opened now if there is none)."""
         if self.closed:
-            raise LinkError("this node's links are closed")
+            raise ClientError("this node's links are closed")
         key = (address, vhost)
         link = self._links.get(key)
         if link is not None and link.error is None:
@@ -76,12 +76,13 @@ class Links:
             task = self._opening[key] = spawn(self._open(key))
         return await asyncio.shield(task)
 
-    async def _open(self, key: tuple) -> Link:
+    async def _open(self, key: tuple) -> Connection:
         (host, port), vhost = key
         try:
-            link = await Link.open(host, port, self.user, self.password, vhost,
-                                   name=f"{self.name} -> {host}:{port}", heartbeat=self.heartbeat)
-        except LinkError as exc:
+            link = await Connection.open(host, port, self.user, self.password, vhost,
+                                         name=f"{self.name} -> {host}:{port}", heartbeat=self.heartbeat,
+                                         product="exchange-broker cluster link")
+        except ClientError as exc:
             if key not in self._failed:
                 log.warning("link to %s:%s (vhost %s) cannot be opened: %s", host, port, vhost, exc)
             self._failed[key] = (asyncio.get_running_loop().time(), exc)
@@ -92,12 +93,12 @@ class Links:
             log.info("link to %s:%s (vhost %s) open again", host, port, vhost)
         if self.closed:
             await link.close()
-            raise LinkError("this node's links are closed")
+            raise ClientError("this node's links are closed")
         self._links[key] = link
         link.on_lost.append(partial(self._lost, key, link))
         return link
 
-    def _lost(self, key: tuple, link: Link, error: LinkError) -> None:
+    def _lost(self, key: tuple, link: Connection, error: ClientError) -> None:
         if self._links.get(key) is link:
             del self._links[key]
         log.info("link %s lost: %s", link.name, error)
@@ -117,14 +118,20 @@ class Links:
 
 
 class _Forward:
-    __slots__ = ("routing_key", "properties", "body", "waiter", "returned")
+    """One forwarded message; called with the leader's confirm (the channel's ``on_confirm``)."""
+    __slots__ = ("forwarder", "routing_key", "properties", "body", "waiter", "returned")
 
-    def __init__(self, routing_key: str, properties: bytes, body: bytes, waiter: Waiter) -> None:
+    def __init__(self, forwarder: "Forwarder", routing_key: str, properties: bytes, body: bytes,
+                 waiter: Waiter) -> None:
+        self.forwarder = forwarder
         self.routing_key = routing_key
         self.properties = properties
         self.body = body
         self.waiter = waiter
         self.returned = False
+
+    def __call__(self, ok: bool) -> None:
+        self.forwarder._confirmed(self, ok)
 
 
 class Forwarder:
@@ -134,7 +141,7 @@ class Forwarder:
         self.links = links
         self.address = address
         self.vhost = vhost
-        self.channel: LinkChannel | None = None
+        self.channel: Channel | None = None
         self.backlog: deque[_Forward] = deque()     # waiting for the channel to open
         self.outstanding: deque[_Forward] = deque()  # sent, awaiting the leader's confirm
         self._opening: asyncio.Task | None = None
@@ -146,7 +153,7 @@ class Forwarder:
 
     def publish(self, routing_key: str, properties: bytes, body: bytes) -> Waiter:
         """Forward one message; the waiter fires with the leader's confirm (see module doc)."""
-        fwd = _Forward(routing_key, properties, body, Waiter())
+        fwd = _Forward(self, routing_key, properties, body, Waiter())
         ch = self.channel
         if ch is not None and ch.error is None and not self.backlog:
             self._send(ch, fwd)
@@ -165,7 +172,7 @@ class Forwarder:
             ch = await link.channel()
             ch.on_return = self._returned
             await ch.confirm_select()
-        except (LinkError, OSError) as exc:
+        except (ClientError, OSError) as exc:
             self._opening = None
             log.debug("forwarding to %s:%s (vhost %s) failed: %s", *self.address, self.vhost, exc)
             self._fail_backlog()
@@ -183,17 +190,17 @@ class Forwarder:
             fwd.waiter.fire(False)
         self._check_drained()
 
-    def _send(self, ch: LinkChannel, fwd: _Forward) -> None:
+    def _send(self, ch: Channel, fwd: _Forward) -> None:
+        """Raw properties and body go out as they came in (framed once, by the channel); the
+        channel's confirm tracking calls ``fwd`` with the outcome."""
         try:
-            fut = ch.publish("", fwd.routing_key, fwd.properties, fwd.body, mandatory=True)
-        except LinkError:
+            ch.publish("", fwd.routing_key, fwd.properties, fwd.body, mandatory=True, on_confirm=fwd)
+        except ClientError:
             fwd.waiter.fire(False)
             return
         self.outstanding.append(fwd)
-        fut.add_done_callback(partial(self._confirmed, fwd))
 
-    def _confirmed(self, fwd: _Forward, fut: asyncio.Future) -> None:
-        ok = not fut.cancelled() and fut.exception() is None and fut.result() is True
+    def _confirmed(self, fwd: _Forward, ok: bool) -> None:
         out = self.outstanding
         if out and out[0] is fwd:
             out.popleft()

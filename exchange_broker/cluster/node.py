@@ -77,6 +77,17 @@ async def leave(node) -> None:
     await node._call(node.store.close)
 
 
+def guard_stale(node, serving_role: str, then: str) -> None:
+    """Before a node answers a client (``ClusterNode`` or ``LeaderNode``): one whose last
+    confirmed heartbeat is older than its lease allows (it was paused, or cut off from the
+    database) may have been replaced, so it must not deliver anything: it stops (fail-stop).
+    ``then``: who may have taken over, for the message."""
+    age = time.monotonic() - node.last_beat_ok
+    if node.role == serving_role and age > node.stale_after:
+        node._lose(f"its last heartbeat was {age:.1f} s ago, longer than its lease allows "
+                   f"({node.stale_after:.1f} s): {then}")
+
+
 class ClusterStartError(Exception):
     """The node cannot join (its name is in use by a live node, ...): one line."""
 
@@ -178,12 +189,8 @@ class ClusterNode:
         return bool(ended)
 
     def guard(self) -> None:
-        """Called before this node answers a client: a node whose last confirmed heartbeat is so
-        old that its lease may have run out (it was paused, or the database was unreachable) may
-        have been replaced, so it must not deliver anything: it stops at once (fail-stop)."""
-        if self.role == "active" and time.monotonic() - self.last_beat_ok > self.stale_after:
-            self._lose(f"its last heartbeat was {time.monotonic() - self.last_beat_ok:.1f} s ago, longer than its "
-                       f"lease allows ({self.stale_after:.1f} s): another node may serve now")
+        """Called before this node answers a client (see ``guard_stale``)."""
+        guard_stale(self, "active", "another node may serve now")
 
     async def _find_active(self) -> None:
         try:

@@ -20,7 +20,7 @@ import asyncio
 import logging
 from collections import deque
 
-from exchange_broker.cluster.link import LinkChannel, LinkError
+from exchange_broker.client import Channel, ClientError
 from exchange_broker.cluster.links import spawn
 from exchange_broker.core.message import Message
 from exchange_broker.protocol import codec
@@ -45,7 +45,7 @@ def relayed_message(d, queue) -> Message:
 class Holder:
     """What relayed messages came through: a link channel and a count of unsettled ones."""
 
-    channel: LinkChannel | None = None
+    channel: Channel | None = None
     outstanding = 0
 
     def settled(self) -> None:
@@ -56,9 +56,9 @@ class TagMap:
     """Relayed messages not yet settled -> (holder, the leader's delivery tag)."""
 
     def __init__(self) -> None:
-        self.entries: dict[Message, tuple[Holder, LinkChannel, int]] = {}
+        self.entries: dict[Message, tuple[Holder, Channel, int]] = {}
 
-    def add(self, msg: Message, holder: Holder, channel: LinkChannel, tag: int) -> None:
+    def add(self, msg: Message, holder: Holder, channel: Channel, tag: int) -> None:
         self.entries[msg] = (holder, channel, tag)
         holder.outstanding += 1
 
@@ -83,7 +83,7 @@ class TagMap:
                     ch.nack(tag, requeue=requeue)
                 else:
                     ch.reject(tag, requeue=requeue)
-            except LinkError:
+            except ClientError:
                 pass  # lost meanwhile: the leader requeued it
         holder.settled()
 
@@ -94,11 +94,11 @@ class TagMap:
         holder.outstanding = 0
 
 
-async def _close(ch: LinkChannel | None) -> None:
+async def _close(ch: Channel | None) -> None:
     if ch is not None and ch.error is None:
         try:
             await ch.close()
-        except LinkError:
+        except ClientError:
             pass
 
 
@@ -131,7 +131,7 @@ class Relay(Holder):
         q, c = self.queue, self.consumer
         try:
             link = await q.links.link(q.address, q.vhost)
-        except (LinkError, OSError) as exc:
+        except (ClientError, OSError) as exc:
             # the leader cannot be reached (it is stopping, or dead and not yet replaced): the local
             # consumer waits, and the relay tries again; when the queue moves, ``retarget`` cancels
             # it (basic.cancel) and the client consumes again through the new leader
@@ -147,7 +147,7 @@ class Relay(Holder):
             self.remote_tag = await self.channel.consume(
                 q.name, self._on_delivery, prefetch=self.prefetch, on_cancel=self._on_cancel,
                 exclusive=c.exclusive, arguments=dict(c.arguments or {}))
-        except (LinkError, OSError) as exc:
+        except (ClientError, OSError) as exc:
             log.warning("relaying %s: consume on %s:%s failed: %s", q.describe(), *q.address, exc)
             self.gone()
             return
@@ -164,7 +164,7 @@ class Relay(Holder):
         if not self.stopping:
             self.pump()
 
-    def _on_cancel(self, _tag: str, error: LinkError | None) -> None:
+    def _on_cancel(self, _tag: str, error: ClientError | None) -> None:
         """The leader cancelled the consumer (queue deleted there) or the channel/link is lost."""
         if error is not None:
             log.info("relay of %s lost: %s", self.queue.describe(), error)
@@ -211,7 +211,7 @@ class Relay(Holder):
             return
         try:
             await ch.cancel(self.remote_tag)
-        except LinkError:
+        except ClientError:
             return
         tags = self.queue.tags
         for msg in list(self.buffer):  # never delivered locally: back to the leader, in order
@@ -234,7 +234,7 @@ class Getter(Holder):
         self.queue = queue
         self._lock = asyncio.Lock()
 
-    async def _channel(self) -> LinkChannel:
+    async def _channel(self) -> Channel:
         async with self._lock:  # concurrent gets open one channel
             ch = self.channel
             if ch is None or ch.error is not None:

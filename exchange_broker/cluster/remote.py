@@ -34,7 +34,7 @@ from typing import Iterable
 
 from pamqp import commands
 
-from exchange_broker.cluster.link import LinkError
+from exchange_broker.client import ClientError
 from exchange_broker.cluster.links import FLOW_HIGH, Address, Links, spawn
 from exchange_broker.cluster.relay import ACK, NACK, REJECT, Getter, Relay, TagMap
 from exchange_broker.core.message import Message
@@ -198,7 +198,7 @@ class RemoteQueue(QueueType):
     async def _on_leader(self, m, reply):
         """One synchronous method on the leader, on a link channel of its own; its answer."""
         if self.address is None:
-            raise LinkError("no node leads it now (a failover is under way)")
+            raise ClientError("no node leads it now (a failover is under way)")
         link = await self.links.link(self.address, self.vhost)
         ch = await link.channel()
         try:
@@ -214,7 +214,7 @@ class RemoteQueue(QueueType):
         async def run() -> None:
             try:
                 answer = await self._on_leader(m, reply)
-            except (LinkError, OSError) as exc:
+            except (ClientError, OSError) as exc:
                 self._failed_on_leader(what, exc, method_id)
                 done.fire(False)
                 return
@@ -245,7 +245,7 @@ class RemoteQueue(QueueType):
         try:
             await self._on_leader(commands.Queue.Declare(queue=self.name, passive=True), commands.Queue.DeclareOk)
             return True
-        except (LinkError, OSError):
+        except (ClientError, OSError):
             return False
 
     def _drop_here(self) -> None:
@@ -304,9 +304,9 @@ class RemoteQueue(QueueType):
         msg = None
         try:
             if self.address is None:
-                raise LinkError("no node leads it now (a failover is under way)")
+                raise ClientError("no node leads it now (a failover is under way)")
             msg = await self.getter.fetch()
-        except (LinkError, OSError) as exc:
+        except (ClientError, OSError) as exc:
             self.get_errors.append(str(exc))
         finally:
             self.gets_in_flight -= 1

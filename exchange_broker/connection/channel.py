@@ -9,7 +9,6 @@ The session hands each event for this channel to :meth:`Channel.publish`, :meth:
 
 from __future__ import annotations
 
-from time import monotonic
 from collections import OrderedDict
 from functools import partial
 
@@ -125,7 +124,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 sess.mark_dirty()
         else:  # awaits its ack
             q.stats_deliver += 1
-            msg.delivered_at = monotonic()  # the consumer timeout
+            msg.delivered_at = sess.broker.clock.time()  # the consumer timeout
             self.unacked[tag] = (msg, consumer)
             q.unacked += 1
             consumer.unacked += 1
@@ -139,7 +138,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
     def _track_get(self, tag: int, msg: Message, no_ack: bool) -> None:
         """After a get-ok: settle it, or await its ack (no consumer's prefetch counts it).
         Deliveries to consumers do the same inline in ``_deliver``."""
-        msg.delivered_at = monotonic()  # the consumer timeout covers basic.get too
+        msg.delivered_at = self.session.broker.clock.time()  # the consumer timeout covers basic.get too
         if self.session.vhost.tracing:  # the firehose: deliver.<queue>
             tracing.tap_out(self.session.broker, self.session.vhost, msg, self.session, self.number)
         q = msg.queue

@@ -7,8 +7,7 @@ deliver once at its end instead of once per message (``Broker.dispatch_later``).
 
 from __future__ import annotations
 
-from exchange_broker.core.message import Message
-from exchange_broker.core.queue_args import parse_expiration
+from exchange_broker.core.message import from_wire
 from exchange_broker.core.reply_to import PREFIX as REPLY_PREFIX
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.constants import ACCESS_REFUSED, NO_ROUTE, NOT_IMPLEMENTED
@@ -58,7 +57,8 @@ class PublishMethods:
                 self.publish_seq += 1
                 seq = self.publish_seq
             self.stats_published += 1
-            if self.tx:
+            if self.tx:  # checked now (user-id, expiration), as RabbitMQ; routed at tx.commit
+                from_wire(ex.name, routing_key, p.properties, p.body, sess.principal, p.quick)
                 self.tx_publishes.append((ex, routing_key, p.mandatory, p.properties, p.body))
                 continue
             self._route(ex, routing_key, p.mandatory, p.properties, p.body, seq, None, p.quick)
@@ -66,22 +66,22 @@ class PublishMethods:
     def _route(self, ex, routing_key: str, mandatory: bool, properties: bytes, body: bytes,
                seq: int, tokens: list | None = None, quick: tuple | None = None) -> None:
         sess = self.session
-        dm, prio, flags = quick or codec.quick_properties(properties)
+        quick = quick or codec.quick_properties(properties)
         reply_to = sess.broker.reply_to
-        if flags & codec.FLAG_REPLY_TO:
+        if quick[2] & codec.FLAG_REPLY_TO:
             properties = reply_to.rewrite_reply_to(self, properties)
+        msg = from_wire(ex.name, routing_key, properties, body, sess.principal, quick)
         if ex.name == "" and routing_key.startswith(REPLY_PREFIX):
-            routed = reply_to.deliver(routing_key, properties, body)
+            routed = reply_to.deliver(msg)
             if not routed and mandatory:
                 self._return_unroutable(ex.name, routing_key, properties, body)
             if seq:
                 self._confirm_enqueue(seq, 1)
             sess.mark_dirty()
             return
-        msg = Message(ex.name, routing_key, properties, body, dm == 2, prio)
-        ttl = parse_expiration(msg.props.get("expiration")) if flags & codec.FLAG_EXPIRATION else None
         routed, waiter, rejected = sess.broker.publish(sess.vhost, ex, msg,
-                                                       bool(flags & codec.FLAG_HEADERS), sess, ttl, self.number)
+                                                       bool(quick[2] & codec.FLAG_HEADERS), sess,
+                                                       channel=self.number)
         if not routed and mandatory:
             self._return_unroutable(ex.name, routing_key, properties, body)
         if seq:

@@ -21,7 +21,7 @@ from pamqp import commands
 from pamqp import decode as pdecode
 
 from exchange_broker.connection.channel import Channel
-from exchange_broker.core.auth import is_loopback
+from exchange_broker.core.auth import User, is_loopback
 from exchange_broker.core.names import logsafe
 from exchange_broker.protocol import codec
 from exchange_broker.protocol import events as ev
@@ -72,6 +72,7 @@ class Session:
         self.channels: dict[int, Channel] = {}
         self.vhost = None
         self.user: str | None = None
+        self.principal = None      # the user publishes are checked against (message.from_wire)
         self.exclusive_queues: set = set()
         self.writable = True       # deliveries allowed (budget not exhausted, transport not paused)
         self.paused = False        # the transport asked us to stop writing
@@ -269,6 +270,9 @@ class Session:
             elif t is ev.Opened:
                 self.vhost = self.broker.vhosts[event.vhost]
                 self.user = event.user
+                # the cluster's link user republishes what other nodes checked: it is not checked
+                self.principal = None if self.broker.is_link_user(event.user) else \
+                    self.broker.users.get(event.user) or User(event.user, "")
                 self.client_properties = event.client_properties
                 self.broker.sessions.add(self)
                 if self.broker.events is not None:

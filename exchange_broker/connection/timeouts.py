@@ -37,7 +37,7 @@ class ConsumerTimeoutMethods:
                 break
             q = msg.queue
             timeout = (q.options.consumer_timeout if q is not None else None) or default_ms
-            if timeout and msg.delivered_at and now - msg.delivered_at > timeout / 1000.0:
+            if timeout and msg.delivered_at is not None and now - msg.delivered_at > timeout / 1000.0:
                 if not (cancel_notify and consumer is not None and getattr(q, "cancels_on_timeout", False)):
                     return AMQPError(PRECONDITION_FAILED, f"delivery acknowledgement on channel "
                                      f"{self.number} timed out. Timeout value used: {timeout} ms. This "

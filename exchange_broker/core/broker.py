@@ -26,7 +26,7 @@ from exchange_broker.core.delayed import DelayedExchanges
 from exchange_broker.core.exchange import Exchange
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import describe
-from exchange_broker.core.ports import Connection, NullDurability, Waiter
+from exchange_broker.core.ports import Connection, Durability, NullDurability, Waiter
 from exchange_broker.core.queue import QueueType
 from exchange_broker.core.queue_args import amqp_type
 from exchange_broker.core.reply_to import ReplyTo
@@ -51,7 +51,7 @@ CAPABILITIES = {
 
 
 class Broker:
-    def __init__(self, *, durability=None, clock: Clock | None = None,
+    def __init__(self, *, durability: Durability | None = None, clock: Clock | None = None,
                  queue_types: dict[str, type[QueueType]] | None = None, default_user: str = "guest",
                  default_pass: str = "guest", loopback_users: tuple[str, ...] = ("guest",),
                  consumer_timeout_ms: int = 30 * 60 * 1000, max_connections: int = 0) -> None:
@@ -63,7 +63,7 @@ class Broker:
         self.vhost_limits: dict[str, dict[str, int]] = {}
         self.user_limits: dict[str, dict[str, int]] = {}
         self.sessions: set[Connection] = set()   # open AMQP connections (connection/session.py)
-        self.durability = durability or NullDurability()
+        self.durability: Durability = durability or NullDurability()
         self.clock: Clock = clock or NoClock()
         self.queue_types: dict[str, type[QueueType]] = dict(queue_types or {})
         self.consumer_timeout_ms = consumer_timeout_ms  # RabbitMQ's default: 30 minutes
@@ -244,10 +244,10 @@ class Broker:
 
     # -- publish path --------------------------------------------------------------------------
     def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
-                publisher: Connection | None = None, per_message_ttl: int | None = None,
-                channel: int = 0) -> tuple[bool, Waiter | None, bool]:
-        """Route and enqueue. Returns (routed, durability waiter or None, rejected). ``channel``:
-        the publisher's channel number (the firehose's ``channel`` header)."""
+                publisher: Connection | None = None, channel: int = 0) -> tuple[bool, Waiter | None, bool]:
+        """Route and enqueue a message (made by ``message.from_wire``; its per-message TTL is
+        ``msg.ttl``). Returns (routed, durability waiter or None, rejected). ``channel``: the
+        publisher's channel number (the firehose's ``channel`` header)."""
         self.stats["publish"] += 1
         ex.stats_in += 1  # the exchange's publish_in (admin API message_stats)
         if ex.holds_messages:  # x-delayed-message
@@ -268,7 +268,7 @@ class Broker:
             self.stats["return_unroutable"] += 1
             return False, None, False
         ex.stats_out += len(queues)  # publish_out: one per queue reached, as RabbitMQ counts it
-        return self.enqueue(queues, msg, publisher, per_message_ttl)
+        return self.enqueue(queues, msg, publisher)
 
     def dispatch_deferred(self, later: list) -> None:
         """End of a run of publishes: the queues that waited deliver now."""
@@ -277,8 +277,8 @@ class Broker:
             q.dispatch_queued = False
             q.dispatch()
 
-    def enqueue(self, queues: list[QueueType], msg: Message, publisher: Connection | None = None,
-                per_message_ttl: int | None = None) -> tuple[bool, Waiter | None, bool]:
+    def enqueue(self, queues: list[QueueType], msg: Message, publisher: Connection | None = None
+                ) -> tuple[bool, Waiter | None, bool]:
         """Hand a routed message to each queue (a cheap copy per extra queue); each queue type
         stores what it must and says whether the publisher is to be nacked."""
         waiter = None
@@ -287,7 +287,7 @@ class Broker:
         for q in queues:
             m = msg if first else msg.copy()
             first = False
-            w = q.enqueue(m, publisher, per_message_ttl)
+            w = q.enqueue(m, publisher, m.ttl)
             if w is not None:  # different waiters (another node's confirm): all must fire
                 waiter = w if waiter is None or waiter is w else Waiter.all(waiter, w)
             elif m.rejected:
@@ -330,7 +330,8 @@ class Broker:
         copy = None
         if ex is not None:
             try:
-                copy = dead_lettered_copy(msg, q.name, reason, dlx, q.options.dead_letter_routing_key)
+                copy = dead_lettered_copy(msg, q.name, reason, dlx, q.options.dead_letter_routing_key,
+                                          self.clock.wall())
             except AMQPError as err:  # undecodable properties (published raw): cannot add x-death
                 log.warning("message from queue '%s' in vhost '%s' dropped, not dead-lettered: %s",
                             q.name, q.vhost, err.text)
@@ -353,6 +354,10 @@ class Broker:
         if vh is not None and vh.queues.get(q.name) is q:
             log.info("queue '%s' in vhost '%s' expired (x-expires)", q.name, q.vhost)
             vh.remove_queue(q)
+
+    def now_ms(self) -> int:
+        """The wall clock in milliseconds since the epoch (TTL deadlines, timestamps): the clock's."""
+        return int(self.clock.wall() * 1000)
 
     def call_later(self, delay: float, fn: Callable[[], None]):
         """A timer on the broker's clock (None when the clock has no timers)."""
@@ -382,8 +387,9 @@ class Broker:
                     sess.unblock()
 
     # -- periodic checks (the server calls tick once a second) -----------------------------------
-    def tick(self, now: float) -> None:
-        self._check_consumer_timeouts(now)
+    def tick(self, now: float | None = None) -> None:
+        """``now``: the clock's ``time()`` (read here when not given)."""
+        self._check_consumer_timeouts(self.clock.time() if now is None else now)
 
     def _check_consumer_timeouts(self, now: float) -> None:
         for sess in list(self.sessions):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from typing import Callable, Protocol
 
 
@@ -27,9 +28,15 @@ class Clock(Protocol):
     def time(self) -> float:
         """Monotonic seconds: the base ``call_later`` counts from."""
 
+    def wall(self) -> float:
+        """Wall-clock seconds since the epoch: what is stored or shown (message timestamps, TTL
+        deadlines, delayed messages' due times). It advances with ``time()``."""
+
 
 class NoClock:
-    """No timers at all (nothing is ever called back)."""
+    """No timers at all (nothing is ever called back); the system's wall clock."""
+
+    wall = staticmethod(time.time)
 
     def call_later(self, delay: float, fn: Callable, *args) -> None:
         return None
@@ -52,15 +59,22 @@ class _ManualHandle:
 
 
 class ManualClock:
-    """A clock a test advances by hand: ``advance(seconds)`` runs what fell due, in order."""
+    """A clock a test advances by hand: ``advance(seconds)`` runs what fell due, in order.
 
-    def __init__(self, start: float = 0.0) -> None:
+    Both of its times move only with ``advance``: ``time()`` from ``start``, ``wall()`` from
+    ``wall_start`` (a fixed date by default, 2023-11-14, so that tests are repeatable)."""
+
+    def __init__(self, start: float = 0.0, wall_start: float = 1_700_000_000.0) -> None:
         self.now = start
+        self.wall_offset = wall_start - start
         self._heap: list = []
         self._order = itertools.count()
 
     def time(self) -> float:
         return self.now
+
+    def wall(self) -> float:
+        return self.now + self.wall_offset
 
     def call_later(self, delay: float, fn: Callable, *args) -> _ManualHandle:
         handle = _ManualHandle()

@@ -63,8 +63,9 @@ def routing_keys_of(msg: Message) -> list[str]:
 
 
 def dead_lettered_copy(msg: Message, queue_name: str, reason: str, dlx: str,
-                       dlrk: str | None) -> Message:
-    """A new message for the dead-letter exchange, with x-death updated as RabbitMQ does it.
+                       dlrk: str | None, now: float) -> Message:
+    """A new message for the dead-letter exchange, with x-death updated as RabbitMQ does it
+    (``now``: the clock's wall time, seconds since the epoch).
 
     Entries are keyed by (queue, reason): a repeat increments ``count`` and moves the entry to the
     front; a new one is prepended. Per-message ``expiration`` is removed and kept as
@@ -90,7 +91,7 @@ def dead_lettered_copy(msg: Message, queue_name: str, reason: str, dlx: str,
             "count": _Long(1),
             "reason": reason,
             "queue": queue_name,
-            "time": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0),
+            "time": datetime.datetime.fromtimestamp(int(now), datetime.timezone.utc),
             "exchange": msg.exchange,
             "routing-keys": routing_keys_of(msg),
         }

@@ -54,18 +54,18 @@ import logging
 import math
 import os
 import re
-import time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
 from routing.delayed import X_DELAYED
 
-from exchange_broker.core.message import Message
+from exchange_broker.core.message import Message, from_wire
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.errors import AMQPError
 
 if TYPE_CHECKING:
     from exchange_broker.core.clock import Clock
+    from exchange_broker.core.ports import DelayedDurability
     from exchange_broker.core.exchange import Exchange
     from exchange_broker.core.vhost import VHost
 
@@ -92,19 +92,7 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-def _now_ms() -> float:
-    """Wall-clock milliseconds: due times are stored, so they must survive a restart."""
-    return time.time() * 1000
-
-
 # -- the x-delay header ---------------------------------------------------------------------------
-def delay_of(headers: dict | None) -> int | None:
-    """The delay in ms when the message must be held, else None (route now)."""
-    if not headers:
-        return None
-    return delay_value(headers.get("x-delay"))
-
-
 def delay_value(value) -> int | None:
     """The plugin's reading of an x-delay value: integer types as they are, floats and decimals
     truncated, strings parsed as a decimal integer; held only when 0 < delay <= 2^32-1."""
@@ -166,12 +154,12 @@ class Broker(Protocol):
     """What the manager uses of ``core/broker.Broker`` (which creates it)."""
 
     clock: "Clock"
-    durability: object  # core/ports.NullDurability or durability/sql.SqlDurability
+    durability: "DelayedDurability"  # core/ports.NullDurability or durability/sql.SqlDurability
     vhosts: dict[str, "VHost"]
     stats: dict[str, int]
 
     def publish(self, vhost: "VHost", ex: "Exchange", msg: Message, has_headers: bool,
-                publisher=None, per_message_ttl: int | None = None): ...
+                publisher=None): ...
 
 
 class DelayedExchanges:
@@ -180,6 +168,10 @@ class DelayedExchanges:
     The broker calls :meth:`publish` for exchanges whose type holds messages and
     :meth:`exchange_deleted`; the application calls :meth:`recover` once the store is restored
     and :meth:`close` before the durability stops."""
+
+    def _now_ms(self) -> float:
+        """The clock's wall time in ms: due times are stored, so they must survive a restart."""
+        return self.clock.wall() * 1000
 
     def __init__(self, broker: "Broker", *, window_ms: int | None = None,
                  max_in_memory: int | None = None) -> None:
@@ -245,7 +237,7 @@ class DelayedExchanges:
         delay = message_delay(msg)
         if delay is None:
             return None
-        now = math.ceil(_now_ms())
+        now = math.ceil(self._now_ms())
         stored = self.store is not None and msg.persistent and ex.durable
         e = (now + delay, self.next_id, vhost.name, ex.name, msg.routing_key,
              codec.replace_int_header(msg.properties, X_DELAY, -delay), msg.body, stored, now)
@@ -283,7 +275,7 @@ class DelayedExchanges:
             if self._timer_due <= due:
                 return
             self._timer.cancel()
-        wait = (due - _now_ms()) / 1000.0
+        wait = (due - self._now_ms()) / 1000.0
         self._timer_due = due
         if wait <= 0:
             self._timer = self.clock.call_soon(self._fire)
@@ -299,7 +291,7 @@ class DelayedExchanges:
     def _fire(self) -> None:
         self._timer = None
         heap = self.heap
-        now = _now_ms()
+        now = self._now_ms()
         limit = now + EARLY_MS
         n = 0
         if heap and heap[0][0] <= limit:
@@ -328,17 +320,13 @@ class DelayedExchanges:
         if ex is None or ex.type != X_DELAYED:  # (deleting the exchange drops its entries anyway)
             self.stats["dropped"] += 1
         else:
-            dm, prio, flags = codec.quick_properties(properties)
-            m = Message(ex.name, routing_key, properties, body, dm == 2, prio)
             broker.stats["publish"] -= 1  # counted when the client published it
             ex.stats_in -= 1  # so is the exchange's publish_in
             self._releasing = True
             try:
-                ttl = None  # per-message TTL runs from the enqueue, i.e. from now
-                if flags & codec.FLAG_EXPIRATION:
-                    from exchange_broker.core.queue_args import parse_expiration
-                    ttl = parse_expiration(m.props.get("expiration"))
-                broker.publish(vh, ex, m, True, None, ttl)
+                # per-message TTL runs from the enqueue, i.e. from now (the user-id was checked
+                # when the client published it)
+                broker.publish(vh, ex, from_wire(ex.name, routing_key, properties, body), True, None)
             except Exception:
                 log.exception("routing delayed message %d from %s failed", id,
                               vh.describe("exchange", ex.name))
@@ -365,7 +353,7 @@ class DelayedExchanges:
         self.spilled = count
         if count:
             log.info("recovering %d delayed messages (earliest due %s ms from now)", count,
-                     min_due - int(_now_ms()))
+                     min_due - int(self._now_ms()))
         self._maybe_load()
         self._tick()
         return {"delayed_messages": count}
@@ -409,7 +397,7 @@ class DelayedExchanges:
     def _maybe_load(self) -> None:
         if self.loading or self.closed:
             return
-        now = _now_ms()
+        now = self._now_ms()
         if now < self._retry_at:
             return
         room = self.max_in_memory - self.mem_stored
@@ -440,10 +428,10 @@ class DelayedExchanges:
         gone, self.gone_while_loading = self.gone_while_loading, set()
         if exc is not None:
             log.error("reading delayed messages from the store failed (retrying in 1 s): %s", exc)
-            self._retry_at = _now_ms() + 1000
+            self._retry_at = self._now_ms() + 1000
             self.spilled += len(parked)  # their rows are (being) written: the next load finds them
             return
-        now = _now_ms()
+        now = self._now_ms()
         self.stats["loads"] += 1
         full = len(rows) >= limit
         horizon = (rows[-1][DUE], rows[-1][ID] + 1) if full else (until, 0)

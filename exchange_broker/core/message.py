@@ -1,8 +1,23 @@
-"""A message as one queue holds it: raw properties and body kept from publish to deliver."""
+"""A message as one queue holds it: raw properties and body kept from publish to deliver, and
+:func:`from_wire`, the one place a Message is made from published properties (every path that
+publishes: AMQP, the admin API, move, the delayed exchange, the overview's test message)."""
 
 from __future__ import annotations
 
+from typing import Iterable, Protocol
+
 from exchange_broker.protocol import codec
+from exchange_broker.protocol.constants import PRECONDITION_FAILED
+from exchange_broker.protocol.errors import AMQPError
+
+_CHECKED = codec.FLAG_EXPIRATION | codec.FLAG_USER_ID
+
+
+class Publisher(Protocol):
+    """Who publishes: an authenticated user (``core.auth.User``, the admin API's principal)."""
+
+    name: str
+    tags: Iterable[str]
 
 
 class Message:
@@ -10,7 +25,7 @@ class Message:
 
     __slots__ = ("exchange", "routing_key", "properties", "body", "persistent", "priority",
                  "seq", "redelivered", "queue", "stored", "_props", "expires_ms", "created_ms",
-                 "rejected", "delivered_at")
+                 "rejected", "delivered_at", "ttl")
 
     def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes,
                  persistent: bool = False, priority: int = 0) -> None:
@@ -28,7 +43,8 @@ class Message:
         self.expires_ms: int | None = None
         self.created_ms = 0
         self.rejected = False      # refused by a queue's reject-publish overflow
-        self.delivered_at = 0.0    # monotonic time of the last delivery (consumer timeout)
+        self.delivered_at = None   # the clock's time() of the last delivery (consumer timeout)
+        self.ttl: int | None = None  # per-message TTL (ms, the ``expiration`` property)
 
     def copy(self) -> "Message":
         m = Message(self.exchange, self.routing_key, self.properties, self.body, self.persistent,
@@ -36,6 +52,7 @@ class Message:
         m._props = self._props
         m.expires_ms = self.expires_ms
         m.created_ms = self.created_ms
+        m.ttl = self.ttl
         return m
 
     @property
@@ -52,3 +69,52 @@ class Message:
     @property
     def size(self) -> int:
         return len(self.body)
+
+
+def from_wire(exchange: str, routing_key: str, properties: bytes, body: bytes,
+              user: Publisher | None = None, quick: tuple | None = None) -> Message:
+    """A Message from published (encoded) properties: persistence and priority, the per-message
+    TTL (``expiration``) and RabbitMQ's validated user-id, checked against ``user`` (None: the
+    broker republishing on its own, e.g. a delayed message coming due). ``quick``: the
+    properties' ``codec.quick_properties`` when already known. Raises the channel's 406."""
+    dm, prio, flags = quick or codec.quick_properties(properties)
+    msg = Message(exchange, routing_key, properties, body, dm == 2, prio)
+    if flags & _CHECKED:
+        props = msg.props
+        if user is not None and flags & codec.FLAG_USER_ID:
+            check_user_id(props.get("user_id"), user)
+        if flags & codec.FLAG_EXPIRATION:
+            msg.ttl = parse_expiration(props.get("expiration"))
+    return msg
+
+
+def check_user_id(claimed, user: Publisher) -> None:
+    """RabbitMQ's validated user-id: a ``user_id`` property must name the publishing user,
+    unless that user has the ``impersonator`` tag."""
+    claimed = _text(claimed)
+    if claimed is None or claimed == user.name or "impersonator" in user.tags:
+        return
+    raise AMQPError(PRECONDITION_FAILED, f"user_id property set to '{claimed}' but authenticated "
+                    f"user was '{user.name}'", 60, 40, hard=False)
+
+
+def parse_expiration(value) -> int | None:
+    """The `expiration` property: a string of non-negative integer milliseconds."""
+    if value is None:
+        return None
+    text = _text(value)
+    try:
+        ms = int(text)
+        if str(ms) != text.strip():
+            raise ValueError
+    except (TypeError, ValueError):
+        raise AMQPError(PRECONDITION_FAILED, f"invalid expiration '{text}': no_integer", 60, 40,
+                        hard=False) from None
+    if ms < 0:
+        raise AMQPError(PRECONDITION_FAILED, f"invalid expiration '{text}': {{value_negative,{ms}}}",
+                        60, 40, hard=False)
+    return ms
+
+
+def _text(v):
+    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else v

@@ -263,9 +263,6 @@ class VHostPolicies:
             self.exchange_policies[ex.name] = names
         ex.alternate_exchange = exchange_alternate(ex, merged_definition(policy, op))
 
-    def exchange_policy(self, name: str) -> tuple[str | None, str | None]:
-        return self.exchange_policies.get(name, (None, None))
-
     # -- start-up -----------------------------------------------------------------------------------
     def restore(self, kind: str, name: str, value: dict) -> Policy | None:
         """A stored policy back into the registry (not stored again, applied by apply_all)."""

@@ -1,9 +1,16 @@
 """The ports of the core: what it tells the store, and what it calls on the layers above it
 (open connections, consumers), as small protocols so that nothing here imports them.
 
-The durability default keeps nothing (a purely in-memory broker). The SQL implementation
-(``durability/sql.py``) turns these calls into ordered, batched writes and answers ``append``
-with a :class:`Waiter` that fires once the batch holding the message has committed.
+The durability port is split by concern, one small protocol each: :class:`MessageDurability`
+(a queue's message rows, paging, generic ordered writes and reads), :class:`StreamDurability`
+(a stream's log), :class:`DefinitionDurability` (vhosts, users, permissions, limits, policies,
+exchanges, queues, bindings), :class:`DelayedDurability` (the delayed-message exchange) and
+:class:`ClusterDurability` (what a cluster node hooks into the store's writes);
+:class:`Durability` is all of them, what the broker holds. The default, :class:`NullDurability`,
+keeps nothing (a purely in-memory broker). The SQL implementation (``durability/sql.py`` with
+``definition_writes.py`` and ``delayed_writes.py``) turns these calls into ordered, batched writes
+and answers ``append`` with a :class:`Waiter` that fires once the batch holding the message has
+committed.
 """
 
 from __future__ import annotations
@@ -100,10 +107,43 @@ class Waiter:
         return combined
 
 
-class NullDurability:
-    """Stores nothing; every hook is a no-op."""
+class MessageDurability(Protocol):
+    """A classic or quorum queue's messages (the hot path), paging, and ordered store access."""
 
-    enabled = False
+    enabled: bool
+
+    def append(self, q, msg) -> "Waiter | None":
+        """Store ``msg`` (the waiter fires once its batch has committed)."""
+
+    def remove(self, msg) -> None:
+        """Settled (acked, expired, dead-lettered): its row goes."""
+
+    def mark_delivered(self, msg) -> None:
+        """Delivered at least once (redelivered after a restart)."""
+
+    def messages_purged(self, q, msgs) -> None: ...
+
+    def attach(self, q, window: int) -> None:
+        """Let a durable queue page to the store beyond ``window`` messages in memory."""
+
+    def write(self, fn: Callable) -> None:
+        """An ordered ``fn(store)`` after everything submitted before it."""
+
+    def read(self, fn: Callable, *args, done: Callable) -> None:
+        """``fn(store, *args)`` off the event loop, then ``done(result, error)`` on it."""
+
+
+class StreamDurability(Protocol):
+    """A stream's log (its reads go through ``MessageDurability.read``)."""
+
+    def append_log(self, q, msg) -> "Waiter | None": ...
+
+
+class DefinitionDurability(Protocol):
+    """What is declared, granted or set: each an ordered write; declare-ok & co. wait for
+    ``pending_definition``."""
+
+    pending_definition: "Waiter | None"
 
     def exchange_declared(self, ex) -> None: ...
     def exchange_deleted(self, ex) -> None: ...
@@ -111,53 +151,61 @@ class NullDurability:
     def queue_deleted(self, q) -> None: ...
     def binding_added(self, vhost, source, dest_type, dest, routing_key, arguments) -> None: ...
     def binding_removed(self, vhost, source, dest_type, dest, routing_key, arguments) -> None: ...
-    def messages_purged(self, q, msgs) -> None: ...
-
-    def append(self, q, msg) -> Waiter | None:
-        return None
-
-    def append_log(self, q, msg) -> Waiter | None:  # a stream's append
-        return None
-
-    def remove(self, msg) -> None: ...
-    def mark_delivered(self, msg) -> None: ...
-
-    # vhosts, users and permissions
     def vhost_added(self, name, default_queue_type=None) -> None: ...
     def vhost_deleted(self, name) -> None: ...
     def user_added(self, user) -> None: ...
     def user_deleted(self, name) -> None: ...
     def permission_set(self, user, vhost, configure, write, read) -> None: ...
     def permission_cleared(self, user, vhost) -> None: ...
-
-    # topic permissions (core/permissions.py) and vhost / user limits (core/limits.py)
     def topic_permission_set(self, user, vhost, exchange, write, read) -> None: ...
     def topic_permission_cleared(self, user, vhost, exchange) -> None: ...
     def vhost_limit_set(self, vhost, name, value) -> None: ...
     def vhost_limit_cleared(self, vhost, name) -> None: ...
     def user_limit_set(self, user, name, value) -> None: ...
     def user_limit_cleared(self, user, name) -> None: ...
+    def policy_set(self, policy) -> None: ...
+    def policy_cleared(self, kind, vhost, name) -> None: ...
 
-    # generic store access for queue types and the delayed exchange (SqlDurability: ordered
-    # writes on the writer thread; reads off the event loop, answered on it)
+
+class DelayedDurability(Protocol):
+    """The delayed-message exchange's rows (``core/delayed.py``)."""
+
+    def delayed_insert(self, row: tuple) -> "Waiter | None": ...
+    def delayed_delete(self, ids: list[int]) -> None: ...
+    def delayed_delete_exchange(self, vhost: str, name: str) -> None: ...
+    def delayed_fence(self, callback: Callable[[], None]) -> None: ...
+    def delayed_load(self, start: tuple[int, int], until: int, limit: int, done: Callable) -> None: ...
+    def delayed_stats(self) -> tuple[int, int, int | None]: ...
+
+
+class ClusterDurability(Protocol):
+    """What a cluster node hooks into the SQL durability (``cluster/``; the core never calls
+    these): queue rows claimed and dropped on the writer thread, and a count of definition
+    writes issued and finished (a definitions mirror applies a read only when none was under
+    way)."""
+
+    claim_queue: Callable[[str, str, int], bool] | None
+    on_queue_dropped: Callable[[str, str], None] | None
+    after_queue_declared: Callable[[object], None] | None
+    definitions_issued: int
+    definitions_done: int
+
+
+class Durability(MessageDurability, StreamDurability, DefinitionDurability, DelayedDurability,
+                 Protocol):
+    """The whole port: what ``Broker.durability`` is."""
+
+
+class NullDurability(MessageDurability, StreamDurability, DefinitionDurability, DelayedDurability):
+    """Stores nothing (a :class:`Durability`): every hook is the protocols' no-op, but for the
+    answers below. DelayedExchanges.recover() switches the store on only when ``enabled``, so the
+    delayed-message calls are never made here."""
+
+    enabled = False
     pending_definition: Waiter | None = None  # the last definition write (declare-ok waits for it)
-
-    def write(self, fn: Callable) -> None: ...
 
     def read(self, fn: Callable, *args, done: Callable) -> None:
         done(None, RuntimeError("no store"))
-
-    def attach(self, q, window: int) -> None:
-        """Let a durable queue page to the store (nothing to page to here)."""
-
-    # -- the delayed-message exchange (helper block: core/delayed.py calls these; SqlDurability's
-    # are in durability/delayed_writes.py). DelayedExchanges.recover() switches the store on only
-    # when ``enabled``, so with this class they are never called; they document the interface.
-    def delayed_insert(self, row: tuple) -> Waiter | None:
-        return None
-
-    def delayed_delete(self, ids: list[int]) -> None: ...
-    def delayed_delete_exchange(self, vhost: str, name: str) -> None: ...
 
     def delayed_fence(self, callback: Callable[[], None]) -> None:
         callback()
@@ -167,7 +215,3 @@ class NullDurability:
 
     def delayed_stats(self) -> tuple[int, int, int | None]:
         return 0, 0, None
-
-    # policies and operator policies (core/policies.py; SqlDurability stores them)
-    def policy_set(self, policy) -> None: ...
-    def policy_cleared(self, kind, vhost, name) -> None: ...

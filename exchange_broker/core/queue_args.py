@@ -110,21 +110,3 @@ def parse_queue_arguments(arguments: dict | None, describe: str) -> QueueOptions
     opts.single_active_consumer = bool(args.get("x-single-active-consumer", False))
     opts.deduplication = bool(args.get("x-message-deduplication", False))
     return opts
-
-
-def parse_expiration(value) -> int | None:
-    """The `expiration` property: a string of non-negative integer milliseconds."""
-    if value is None:
-        return None
-    text = _text(value)
-    try:
-        ms = int(text)
-        if str(ms) != text.strip():
-            raise ValueError
-    except (TypeError, ValueError):
-        raise AMQPError(PRECONDITION_FAILED, f"invalid expiration '{text}': no_integer", 60, 40,
-                        hard=False) from None
-    if ms < 0:
-        raise AMQPError(PRECONDITION_FAILED, f"invalid expiration '{text}': {{value_negative,{ms}}}",
-                        60, 40, hard=False)
-    return ms

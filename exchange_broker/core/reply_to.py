@@ -47,11 +47,10 @@ class ReplyTo:
         props["reply_to"] = PREFIX + ch.reply_token
         return codec.encode_properties(props)
 
-    def deliver(self, routing_key: str, properties: bytes, body: bytes) -> bool:
+    def deliver(self, msg: Message) -> bool:
         """A reply published to the default exchange with a reply address; False if it is gone."""
-        ch = self.channels.get(routing_key[len(PREFIX):])
+        ch = self.channels.get(msg.routing_key[len(PREFIX):])
         if ch is None or ch.closed:
             return False
-        msg = Message("", routing_key, properties, body)
         ch.deliver_reply(msg)
         return True

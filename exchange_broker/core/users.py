@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from exchange_broker.core.auth import HASHING_SHA256, User, _ALGOS
+from exchange_broker.core.auth import HASHING_SHA256, User
 from exchange_broker.protocol.constants import CONNECTION_FORCED
 
 log = logging.getLogger("exchange_broker.users")
@@ -35,11 +35,6 @@ def stored_permission(broker, user: str, vhost: str) -> None:
     triple = broker.permissions.get((user, vhost))
     if triple is not None:
         broker.durability.permission_set(user, vhost, *triple)
-
-
-def check_algorithm(algorithm: str) -> None:
-    if algorithm not in _ALGOS:
-        raise ValueError(f"unsupported hashing algorithm '{algorithm}' (one of {', '.join(_ALGOS)})")
 
 
 def set_user_tags(broker, name: str, tags: list[str]) -> bool:

@@ -7,9 +7,7 @@ reply code RabbitMQ uses and tells ``broker.durability`` what must be stored.
 from __future__ import annotations
 
 import routing
-from routing.delayed import X_DELAYED
 
-from exchange_broker.core import super_streams
 from exchange_broker.core.exchange import Exchange, make_index
 from exchange_broker.core.limits import check_queue_count
 from exchange_broker.core.names import check_name, describe, generated
@@ -79,12 +77,6 @@ def with_default_type(default: str, durable: bool, exclusive: bool, auto_delete:
     return default
 
 
-def _wants_headers(index) -> bool:
-    """Routing through this index reads message headers (headers exchanges, also x-delayed-message
-    of x-delayed-type headers; a super stream's x-partition)."""
-    return isinstance(index, routing.HeadersIndex) or getattr(index, "wants_headers", False)
-
-
 class VHost:
     def __init__(self, broker, name: str) -> None:
         self.broker = broker
@@ -105,7 +97,7 @@ class VHost:
 
     def _add_exchange(self, ex: Exchange) -> None:
         self.exchanges[ex.name] = ex
-        if _wants_headers(ex.index):
+        if ex.index.wants_headers:  # headers (also as x-delayed-type), a super stream's x-partition
             self.headers_exchanges += 1
         if getattr(ex.index, "wants_properties", False):
             self.property_exchanges += 1
@@ -116,9 +108,6 @@ class VHost:
         return describe(kind, name, self.name)
 
     # -- routing -------------------------------------------------------------------------------
-    def lookup(self, name: str) -> Exchange | None:
-        return self.exchanges.get(name)
-
     def route(self, exchange: Exchange, routing_key: str, headers: dict | None) -> list[QueueType]:
         queues = self.queues
         if exchange.name == "":
@@ -150,13 +139,16 @@ class VHost:
         if name.startswith("amq.") and existing is None:
             raise AMQPError(ACCESS_REFUSED, f"exchange name '{name}' contains reserved "
                             f"prefix 'amq.*'", cid, mid, hard=False)
-        if type not in routing.TYPES:
+        kind = routing.TYPES.get(type)
+        if kind is None:
             raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type}'", cid, mid, hard=True)
-        if type == X_DELAYED and self.broker.definitions_shared and existing is None:
-            raise AMQPError(PRECONDITION_FAILED, f"exchange type '{X_DELAYED}' is not available in a cluster "
+        if not kind.in_leaders_cluster and self.broker.definitions_shared and existing is None:
+            raise AMQPError(PRECONDITION_FAILED, f"exchange type '{type}' is not available in a cluster "
                             f"with per-queue leaders (--cluster-mode leaders)", cid, mid, hard=False)
-        if type == routing.X_SUPER_STREAM:  # x-partitions, durable, its partitions' names (406)
-            super_streams.check_declare(self, name, durable, auto_delete, arguments, existing)
+        try:  # what the type itself refuses (a super stream's x-partitions, durability, partitions)
+            kind.check_declare(self, name, durable, auto_delete, arguments, existing)
+        except routing.InvalidExchangeArguments as exc:
+            raise AMQPError(PRECONDITION_FAILED, str(exc), cid, mid, hard=False) from None
         if existing is not None:
             desc = self.describe("exchange", name)
             for field, got, have in (("type", type, existing.type), ("durable", durable, existing.durable),
@@ -178,8 +170,7 @@ class VHost:
         self.policies.apply_exchange(ex)
         if durable or self.broker.definitions_shared:
             self.broker.durability.exchange_declared(ex)
-        if type == routing.X_SUPER_STREAM:
-            super_streams.create_partitions(self, ex)
+        kind.created(self, ex)  # what the type owns (a super stream's partitions)
         if self.broker.events is not None:
             self.broker.events.exchange_created(ex)
         return ex
@@ -199,10 +190,11 @@ class VHost:
         self._remove_exchange(ex)
 
     def _remove_exchange(self, ex: Exchange) -> None:
-        if ex.type == routing.X_SUPER_STREAM:
-            super_streams.delete_partitions(self, ex)
+        kind = routing.TYPES.get(ex.type)
+        if kind is not None:
+            kind.deleting(self, ex)  # what the type owns goes too (a super stream's partitions)
         del self.exchanges[ex.name]
-        if _wants_headers(ex.index):
+        if ex.index.wants_headers:
             self.headers_exchanges -= 1
         if getattr(ex.index, "wants_properties", False):
             self.property_exchanges -= 1
@@ -309,6 +301,12 @@ class VHost:
                          f"{self.describe('queue', name)}. It could be originally declared on "
                          f"another connection or the exclusive property value does not match "
                          f"that of the original declaration.", class_id, method_id, hard=False)
+
+    def check_queue(self, name: str, arguments: dict) -> None:
+        """What declaring a durable queue ``name`` with ``arguments`` would refuse (the queue
+        object is made and dropped; nothing is stored): an exchange type's check before it makes
+        queues of its own (``routing.types.Definitions``)."""
+        self.broker.make_queue(self, name, True, None, False, arguments)
 
     def declare_queue(self, name: str, passive: bool = False, durable: bool = False,
                       exclusive: bool = False, auto_delete: bool = False,

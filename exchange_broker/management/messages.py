@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from exchange_broker.core.message import Message
+from exchange_broker.core.message import Message, from_wire
 from exchange_broker.management.common import (READ, WRITE, AdminContext, Principal, ServiceError, bad_request,
                                                 check_resource, exchange_name, find_vhost, from_amqp, not_authorised,
                                                 not_found)
@@ -72,10 +72,12 @@ def publish(ctx: AdminContext, vhost: str, exchange: str, body: dict, who: Princ
         raise not_authorised(permissions.topic_refused(who.name, vhost, ex.name, routing_key).text)
     data = _payload(body)
     raw_props, props = encode_properties(body.get("properties"))
-    dm, prio, has_headers = codec.quick_properties(raw_props)
-    msg = Message(ex.name, routing_key, raw_props, data, dm == 2, prio)
-    msg._props = props
-    result = ctx.broker.publish(vh, ex, msg, has_headers, None)
+    quick = codec.quick_properties(raw_props)
+    try:  # the per-message TTL (expiration) and the user-id, as a basic.publish
+        msg = from_wire(ex.name, routing_key, raw_props, data, who, quick)
+    except AMQPError as err:
+        raise bad_request(err.reply_text) from None
+    result = ctx.broker.publish(vh, ex, msg, bool(quick[2] & codec.FLAG_HEADERS), None)
     return bool(result[0]), result[1]
 
 

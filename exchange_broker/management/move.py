@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from exchange_broker.core.message import Message
+from exchange_broker.core.message import from_wire
 from exchange_broker.management.common import (READ, WRITE, AdminContext, Principal, bad_request, check_resource,
                                                 find_vhost, is_stream, not_found)
 from exchange_broker.management.fields import int_from, str_from
@@ -46,9 +46,9 @@ def move_messages(ctx: AdminContext, vhost: str, name: str, body: dict, who: Pri
         msg = source.get()
         if msg is None:
             break
-        copy = Message("", dest_name, msg.properties, msg.body, msg.persistent, msg.priority)
-        _dm, _prio, has_headers = codec.quick_properties(msg.properties)
-        routed, _waiter, rejected = ctx.broker.publish(vh, default, copy, has_headers, None)
+        quick = codec.quick_properties(msg.properties)  # republished: its TTL starts again
+        copy = from_wire("", dest_name, msg.properties, msg.body, None, quick)
+        routed, _waiter, rejected = ctx.broker.publish(vh, default, copy, bool(quick[2] & codec.FLAG_HEADERS))
         if not routed or rejected:  # e.g. the destination refuses (overflow reject-publish): keep it
             source.requeue([msg])
             break

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 
 import routing
 from exchange_broker import __version__
-from exchange_broker.core.message import Message
+from exchange_broker.core.message import from_wire
 from exchange_broker.management.common import (CLUSTER_NAME, NODE, PRODUCT, RABBIT_COMPAT_VERSION, AdminContext,
                                                 Principal, visible_vhosts)
 from exchange_broker.management.connections import sessions
@@ -121,7 +121,7 @@ def check_aliveness(ctx: AdminContext, vhost: str, who: Principal | None = None)
     except AMQPError as err:
         return {"status": "failed", "reason": err.text}
     raw = codec.encode_properties({})
-    broker.publish(vh, vh.exchanges[""], Message("", q.name, raw, b"test_message"), False, None)
+    broker.publish(vh, vh.exchanges[""], from_wire("", q.name, raw, b"test_message"), False, None)
     got = None
     while True:
         msg = q.get()

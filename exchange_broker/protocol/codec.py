@@ -12,17 +12,15 @@ from decimal import Decimal
 
 from pamqp import commands, frame as pframe
 
-from exchange_broker.protocol.constants import (FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT,
-                        FRAME_METHOD, SYNTAX_ERROR)
+from exchange_broker.protocol.constants import (FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_ERROR, FRAME_HEADER,
+                                                FRAME_METHOD, SYNTAX_ERROR)
 from exchange_broker.protocol.errors import AMQPError
+# the frame layer's fast paths, here too for the server's modules that import them from codec
+from exchange_broker.protocol.frames import (HEARTBEAT_FRAME, METHOD_ID as _METHOD_ID, ack_frame,  # noqa: F401
+                                             content_frames, nack_frame)
 
-_FRAME_HDR = struct.Struct(">BHI")
 _DELIVER_HEAD = struct.Struct(">BHIHH")  # frame type, channel, size, class, method
-_CONTENT_HDR = struct.Struct(">BHIHHQ")  # frame type, channel, size, class, weight, body size
 _QB = struct.Struct(">QB")
-_METHOD_ID = struct.Struct(">I")
-
-HEARTBEAT_FRAME = _FRAME_HDR.pack(FRAME_HEARTBEAT, 0, 0) + FRAME_END_BYTE
 
 
 def method_frame(channel: int, method: commands.Frame) -> bytes:
@@ -35,24 +33,6 @@ def _short(value: str | bytes) -> bytes:
     if len(raw) > 255:
         raw = raw[:255]
     return bytes((len(raw),)) + raw
-
-
-def content_frames(channel: int, class_id: int, properties: bytes, body: bytes,
-                   frame_max: int) -> list[bytes]:
-    """Content header + body frames, the body split so no frame exceeds frame_max."""
-    parts = [_CONTENT_HDR.pack(FRAME_HEADER, channel, 12 + len(properties), class_id, 0, len(body)),
-             properties, FRAME_END_BYTE]
-    size = len(body)
-    if size:
-        chunk = frame_max - 8
-        if size <= chunk:
-            parts += (_FRAME_HDR.pack(FRAME_BODY, channel, size), body, FRAME_END_BYTE)
-        else:
-            view = memoryview(body)
-            for start in range(0, size, chunk):
-                piece = view[start:start + chunk]
-                parts += (_FRAME_HDR.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTE)
-    return parts
 
 
 _DELIVER_PACKERS: dict[tuple, struct.Struct] = {}
@@ -102,18 +82,6 @@ def return_frames(channel: int, reply_code: int, reply_text: str, exchange: str,
     args = struct.pack(">H", reply_code) + _short(reply_text) + _short(exchange) + _short(routing_key)
     head = _DELIVER_HEAD.pack(FRAME_METHOD, channel, 4 + len(args), 60, 50)
     return [head, args, FRAME_END_BYTE] + content_frames(channel, 60, properties, body, frame_max)
-
-
-_ACK = struct.Struct(">BHIHHQB")
-
-
-def ack_frame(channel: int, delivery_tag: int, multiple: bool) -> bytes:
-    return _ACK.pack(FRAME_METHOD, channel, 13, 60, 80, delivery_tag, 1 if multiple else 0) + FRAME_END_BYTE
-
-
-def nack_frame(channel: int, delivery_tag: int, multiple: bool) -> bytes:
-    # basic.nack bits: multiple (bit 0), requeue (bit 1) – requeue is meaningless server->client
-    return _ACK.pack(FRAME_METHOD, channel, 13, 60, 120, delivery_tag, 1 if multiple else 0) + FRAME_END_BYTE
 
 
 def short_str(value: str) -> bytes:
@@ -254,6 +222,7 @@ FLAG_HEADERS = _FLAG_HEADERS
 FLAG_PRIORITY = _FLAG_PRIO
 FLAG_EXPIRATION = 1 << 8
 FLAG_REPLY_TO = 1 << 9
+FLAG_USER_ID = 1 << 4
 
 
 def headers_offset(raw: bytes) -> tuple[int, int]:

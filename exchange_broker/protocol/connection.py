@@ -28,11 +28,12 @@ from exchange_broker.protocol.constants import (ACCESS_REFUSED, BASIC_ACK, BASIC
 from exchange_broker.protocol.content import (PUBLISH_BATCH, Content, TooLarge, content_body, content_header,
                                              publishes as _publishes, whole_content as _whole_content)
 from exchange_broker.protocol.errors import AMQPError
+from exchange_broker.protocol.frames import FRAME_HEAD, frame
 from exchange_broker.protocol.output import Output, Slot
 
 __all__ = ["ServerConnection", "TooLarge"]
 
-_FRAME_HDR = struct.Struct(">BHI")
+_FRAME_HDR = FRAME_HEAD
 
 Authenticate = Callable[[str, bytes], str]          # mechanism, response -> user name, or raise AMQPError
 OpenVhost = Callable[[str, str], None]              # user, vhost -> None, or raise AMQPError
@@ -45,12 +46,12 @@ _CH_CLOSE_OK = commands.Channel.CloseOk.index
 _OPEN_OK_PAYLOAD = struct.pack(">HHI", 20, 11, 0)
 _CLOSE_OK_PAYLOAD = struct.pack(">HH", 20, 41)
 _PUBLISH_ID = struct.pack(">I", BASIC_PUBLISH)
-_CONN_CLOSE_OK_FRAME = _FRAME_HDR.pack(FRAME_METHOD, 0, 4) + struct.pack(">HH", 10, 51) + b"\xce"
+_CONN_CLOSE_OK_FRAME = frame(FRAME_METHOD, 0, struct.pack(">HH", 10, 51))
 FRAME_SIZE_FUDGE = 8  # RabbitMQ accepts frames up to 8 bytes over frame_max (a common client slip)
 
 
 def _channel_frame(channel: int, payload: bytes) -> bytes:
-    return _FRAME_HDR.pack(FRAME_METHOD, channel, len(payload)) + payload + b"\xce"
+    return frame(FRAME_METHOD, channel, payload)
 
 
 class ServerConnection:

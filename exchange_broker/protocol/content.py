@@ -7,16 +7,15 @@ expects content); a complete message becomes an ``ev.Publish`` event.
 
 from __future__ import annotations
 
-import struct
-
 from exchange_broker.protocol import codec
 from exchange_broker.protocol import events as ev
 from exchange_broker.protocol.constants import (BASIC_PUBLISH, FRAME_BODY, FRAME_END, FRAME_ERROR, FRAME_HEADER,
                                                 PRECONDITION_FAILED, UNEXPECTED_FRAME)
 from exchange_broker.protocol.errors import AMQPError
+from exchange_broker.protocol.frames import CONTENT_HEAD, FRAME_HEAD
 
-_CONTENT_HDR = struct.Struct(">HHQ")  # class, weight, body size
-_FRAME_HDR = struct.Struct(">BHI")
+_CONTENT_HDR = CONTENT_HEAD  # class, weight, body size
+_FRAME_HDR = FRAME_HEAD
 
 
 class Content:

@@ -1,4 +1,5 @@
-"""Events produced by :class:`ServerConnection` for the broker session."""
+"""Events of the sans-IO connections: :class:`ServerConnection` (for the broker session) and, at the
+end, those only :class:`ClientConnection` produces (it also uses Method, Closing and Closed)."""
 
 from __future__ import annotations
 
@@ -85,3 +86,31 @@ class Closed:
     """The close handshake is complete; the transport may be closed once the output is written.
     ``abrupt``: the input could not be framed any more (close soon, do not wait for the peer)."""
     abrupt: bool = field(default=False, compare=False)
+
+
+# -- events of the client side (``client.py``) ------------------------------------------------------
+
+@dataclass(slots=True)
+class Connected:
+    """Client: the handshake finished (connection.open-ok); the negotiated limits."""
+    server_properties: dict
+    frame_max: int
+    channel_max: int
+    heartbeat: int
+
+
+@dataclass(slots=True)
+class Delivered:
+    """Client: a basic.deliver, basic.get-ok or basic.return with its content
+    (``deliveries.Delivery``: raw properties, body)."""
+    channel: int
+    delivery: Any
+
+
+@dataclass(slots=True)
+class Confirm:
+    """Client: the server's basic.ack (``ack`` True) or basic.nack of published messages."""
+    channel: int
+    delivery_tag: int
+    multiple: bool
+    ack: bool

@@ -7,7 +7,6 @@ Durable queues longer than memory page: ``ready`` (in memory) | ``paged`` rows o
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from typing import Callable, Iterable
 
@@ -22,10 +21,6 @@ from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.queue_types.ready import PriorityReady, ReadyDeque
 
 DEDUP_DEFAULT_SIZE = 100_000
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ClassicQueue(QueueType):
@@ -112,7 +107,7 @@ class ClassicQueue(QueueType):
         if per_message_ttl is not None:
             ttl = per_message_ttl if ttl is None else min(ttl, per_message_ttl)
         if ttl is not None:
-            msg.expires_ms = _now_ms() + ttl
+            msg.expires_ms = self.broker.now_ms() + ttl
             self.has_ttl = True
         if (opts.max_length is not None or opts.max_length_bytes is not None) and \
                 opts.overflow != "drop-head":  # opts.limited, inlined (per publish)
@@ -141,12 +136,12 @@ class ClassicQueue(QueueType):
 
     def _duplicate(self, key) -> bool:
         expiry = self.dedup.get(key)
-        return expiry is not None and (expiry == 0 or expiry > _now_ms())
+        return expiry is not None and (expiry == 0 or expiry > self.broker.now_ms())
 
     def _remember(self, key) -> None:
         cache = self.dedup
         ttl = self.options.dedup_cache_ttl
-        cache[key] = _now_ms() + ttl if ttl else 0
+        cache[key] = self.broker.now_ms() + ttl if ttl else 0
         cache.move_to_end(key)
         limit = self.options.dedup_cache_size or DEDUP_DEFAULT_SIZE
         while len(cache) > limit:
@@ -237,7 +232,7 @@ class ClassicQueue(QueueType):
         ready = self.ready
         if not ready:
             return
-        now = _now_ms()
+        now = self.broker.now_ms()
         while ready:
             head = ready[0]
             exp = head.expires_ms
@@ -256,7 +251,8 @@ class ClassicQueue(QueueType):
             return
         if self._expiry_handle is not None:
             self._expiry_handle.cancel()
-        self._expiry_handle = self.broker.call_later(max(0.0, at - time.time()), self._expiry_fired)
+        self._expiry_handle = self.broker.call_later(max(0.0, at - self.broker.clock.wall()),
+                                                       self._expiry_fired)
         self._expiry_at = at if self._expiry_handle is not None else None  # None: no timer (no loop)
 
     def _expiry_fired(self) -> None:
@@ -442,7 +438,7 @@ class ClassicQueue(QueueType):
                 if c is None:
                     break
                 msg = ready.popleft()
-                if msg.expires_ms is not None and msg.expires_ms <= _now_ms():
+                if msg.expires_ms is not None and msg.expires_ms <= self.broker.now_ms():
                     self._discard(msg, "expired")
                     continue
                 self.bytes -= len(msg.body)

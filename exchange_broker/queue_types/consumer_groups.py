@@ -253,7 +253,7 @@ def find_group(channel, method, name: str) -> ConsumerGroup:
         if arg in args:
             raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{arg}' for {desc}: not with "
                             f"'{GROUP_ARG}'", 60, 20, hard=False)
-    parse_offset_spec(args.get("x-stream-offset"), desc)
+    parse_offset_spec(args.get("x-stream-offset"), desc, 0)  # checked only
     if not channel.prefetch:
         raise AMQPError(PRECONDITION_FAILED, f"consumer prefetch count is not set for '{desc}'",
                         60, 20, hard=False)

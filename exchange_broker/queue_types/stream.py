@@ -35,7 +35,7 @@ Named consumers (offset tracking), two ways:
 
 Storage: with the SQL store the log is stored in chunks (``persistence/stream_chunks.py``: one
 ``stream_chunks`` row per run of messages appended in one commit), each message with
-``seq = offset + 1`` and ``created_ms`` = its append time (monotonic), so offsets and
+``seq = offset + 1`` and ``created_ms`` = its append time (the clock's wall time, never going back), so offsets and
 timestamp seeks survive a restart; acks never remove anything; retention deletes the dropped
 segments' messages (``seq <= first kept offset``). A commit of stream appends alone is not fsynced
 (``serve --stream-fsync`` changes that; README, "Stream queues"). Named offsets are rows of
@@ -51,7 +51,6 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from time import time as _time
 from collections import OrderedDict, deque
 
 from exchange_broker.core.message import Message
@@ -211,7 +210,7 @@ class StreamQueue(StoredLog, Retention, QueueType):
         self.next_seq = seq + 1
         m.seq = seq
         m.queue = self
-        now = int(_time() * 1000)  # _now_ms() inlined (once per append)
+        now = self.broker.now_ms()
         ts = now if now > self.last_ts else self.last_ts
         self.last_ts = ts
         m.created_ms = ts
@@ -307,7 +306,7 @@ class StreamQueue(StoredLog, Retention, QueueType):
         if "x-priority" in args:
             raise AMQPError(PRECONDITION_FAILED, f"invalid arg 'x-priority' for {desc} of queue "
                             f"type rabbit_stream_queue", 60, 20, hard=False)
-        parse_offset_spec(args.get("x-stream-offset"), desc)
+        parse_offset_spec(args.get("x-stream-offset"), desc, 0)  # checked only
         name = args.get(CONSUMER_NAME_ARG)
         if name is not None and not isinstance(_norm(name), str):
             raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{CONSUMER_NAME_ARG}' for {desc}: "
@@ -331,7 +330,8 @@ class StreamQueue(StoredLog, Retention, QueueType):
         if raw is None and r.name is not None and r.name in self.offsets:
             spec = ("offset", self.offsets[r.name] + 1)
         else:
-            spec = parse_offset_spec(raw, describe("queue", self.name, self.vhost))
+            spec = parse_offset_spec(raw, describe("queue", self.name, self.vhost),
+                                     self.broker.now_ms())
         self._start(r, spec)
 
     def _start(self, r: Reader, spec: tuple) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import re
-import time
 
 from exchange_broker.protocol.constants import PRECONDITION_FAILED
 from exchange_broker.protocol.errors import AMQPError
@@ -73,10 +72,6 @@ def parse_interval_ms(value) -> int | None:
         return None
     return int(match.group(1)) * _AGE_UNIT_MS[match.group(2)]
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 # -- declaring ----------------------------------------------------------------------------------
 def check_stream_arguments(desc: str, arguments: dict) -> None:
     def bad(arg: str, why: str | None = None) -> AMQPError:
@@ -104,8 +99,9 @@ def check_stream_arguments(desc: str, arguments: dict) -> None:
 
 
 # -- consume arguments ----------------------------------------------------------------------------
-def parse_offset_spec(value, desc: str) -> tuple:
-    """x-stream-offset → ("first",) | ("last",) | ("next",) | ("offset", n) | ("time", ms)."""
+def parse_offset_spec(value, desc: str, now_ms: int) -> tuple:
+    """x-stream-offset → ("first",) | ("last",) | ("next",) | ("offset", n) | ("time", ms);
+    an interval ("1h") counts back from ``now_ms`` (the broker clock's wall time)."""
     value = _norm(value)
     if value is None:
         return ("next",)
@@ -114,7 +110,7 @@ def parse_offset_spec(value, desc: str) -> tuple:
             return (value,)
         interval = parse_interval_ms(value)
         if interval is not None:
-            return ("time", _now_ms() - interval)
+            return ("time", now_ms - interval)
     elif isinstance(value, bool):
         pass
     elif isinstance(value, int):

@@ -78,7 +78,7 @@ class _OffsetDelivery(_Delivery):
         self.expires_ms = None
         self.created_ms = created_ms
         self.rejected = False
-        self.delivered_at = 0.0
+        self.delivered_at = None
 
 
 def _delivery(exchange: str, routing_key: str, properties: bytes, body: bytes, offset: int,

@@ -4,7 +4,7 @@ docstring of ``stream.py`` has the rules)."""
 
 from __future__ import annotations
 
-from exchange_broker.queue_types.stream_args import _norm, _now_ms, parse_interval_ms
+from exchange_broker.queue_types.stream_args import _norm, parse_interval_ms
 
 
 class Retention:
@@ -23,7 +23,7 @@ class Retention:
         segs = self.segments
         if len(segs) < 2 or not (self.max_bytes or self.max_age_ms):
             return
-        now = _now_ms() if now is None else now
+        now = self.broker.now_ms() if now is None else now
         drop = 0
         total = self.total_bytes
         while len(segs) - drop > 1:

@@ -1,10 +1,12 @@
-"""Wire encoding and decoding for the client's hot paths (``struct``, no pamqp per message).
+"""Basic properties for the client's hot paths (``struct``, no pamqp per message); the frames
+themselves are the project's one codec, ``exchange_broker.protocol.frames`` (plain AMQP 0-9-1:
+nothing in it is particular to exchange-broker, so this client works against any broker).
 
 * ``Properties`` / ``Delivery``: what a consumer receives; ``decode_properties`` reads the
   property list of a content header straight out of the receive buffer.
-* ``publish_frames``: one ``basic.publish`` + content header + body frames, encoded with
-  ``struct`` (the sink publishes every row through it).  Header tables of strings are encoded
-  here; tables with typed values (numbers, booleans, nested tables) go through pamqp.
+* ``publish_frames``: one ``basic.publish`` + content header + body frames (the sink publishes
+  every row through it), the property list encoded here: header tables of strings here, tables
+  with typed values (numbers, booleans, nested tables) through pamqp.
 """
 
 from __future__ import annotations
@@ -16,25 +18,20 @@ from typing import Any, NamedTuple
 from pamqp import decode as pdecode
 from pamqp import encode as pencode
 
+from exchange_broker.protocol import frames
+from exchange_broker.protocol.constants import FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD
+
 __all__ = ["Properties", "EMPTY_PROPERTIES", "Delivery", "decode_properties", "encode_property_list",
-           "publish_frames", "shortstr", "FRAME_METHOD", "FRAME_HEADER", "FRAME_BODY",
+           "publish_frames", "raw_properties", "shortstr", "FRAME_METHOD", "FRAME_HEADER", "FRAME_BODY",
            "FRAME_HEARTBEAT", "FRAME_END", "MAX_PREFETCH"]
 
-FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
-FRAME_END = 0xCE
 MAX_PREFETCH = 65535  # basic.qos prefetch-count is a short
 
-HDR = struct.Struct(">BHI")
 I64 = struct.Struct(">q")
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
 TAG_BIT = struct.Struct(">QB")
-CONTENT_HDR = struct.Struct(">HHQH")
-ACK = struct.Struct(">BHIHHQBB")
-HEARTBEAT = bytes((FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END))
-_PUBLISH_HEAD = struct.Struct(">HHH")       # class 60, method 40, reserved-1
-
 
 
 class Properties(NamedTuple):
@@ -179,21 +176,14 @@ def encode_property_list(props: dict | None) -> tuple[int, bytes]:
     return flags, b"".join(parts)
 
 
+def raw_properties(props: dict | None) -> bytes:
+    """Content-header property bytes (flags word + list) for a dict of basic properties."""
+    flags, plist = encode_property_list(props)
+    return U16.pack(flags) + plist
+
+
 def publish_frames(exchange: str, routing_key: str, body: bytes, props: dict | None = None,
                    mandatory: bool = False, frame_max: int = 131072, channel: int = 1) -> bytes:
     """One basic.publish as bytes: method frame, content header, body frame(s)."""
-    method = (_PUBLISH_HEAD.pack(60, 40, 0) + _short(exchange) + _short(routing_key)
-              + (b"\x01" if mandatory else b"\x00"))
-    flags, plist = encode_property_list(props)
-    header = CONTENT_HDR.pack(60, 0, len(body), flags) + plist
-    parts = [HDR.pack(FRAME_METHOD, channel, len(method)), method, b"\xce",
-             HDR.pack(FRAME_HEADER, channel, len(header)), header, b"\xce"]
-    step = frame_max - 8
-    if len(body) <= step:
-        if body:
-            parts += (HDR.pack(FRAME_BODY, channel, len(body)), body, b"\xce")
-    else:
-        for i in range(0, len(body), step):
-            piece = body[i:i + step]
-            parts += (HDR.pack(FRAME_BODY, channel, len(piece)), piece, b"\xce")
-    return b"".join(parts)
+    return b"".join(frames.publish_frames(channel, _short(exchange), _short(routing_key), mandatory,
+                                          raw_properties(props), body, frame_max))

@@ -8,8 +8,10 @@ queue when the channel or connection closes, as the AMQP spec says.
 One channel (1), PLAIN auth, optional TLS, a heartbeat thread (the connection stays alive
 while the caller is busy, e.g. a long Spark write with deliveries held unacked), declare,
 qos/consume/cancel/ack; publishing with confirms and returns is in ``publishing.py``.
-Deliveries are parsed by ``frames.parse_frames`` straight out of the receive buffer; pamqp does
-the rest.
+The wire is the project's one codec, ``exchange_broker.protocol`` (plain AMQP 0-9-1, so any
+broker will do): the handshake is its sans-IO ``ClientConnection``, deliveries are parsed by
+``frames.parse_frames`` straight out of the receive buffer with its frame primitives, other
+methods are decoded by its ``codec.decode_method`` (pamqp).
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ import ssl
 import threading
 import time
 
-from pamqp import commands, frame as pframe, header as pheader
+from pamqp import commands
+
+from exchange_broker.protocol import codec as wire
+from exchange_broker.protocol import events as wire_events
+from exchange_broker.protocol.client import ClientConnection
+from exchange_broker.protocol.errors import AMQPError as WireError
+from exchange_broker.protocol.frames import HEARTBEAT_FRAME, ack_frame, method_id_at, tag_bits_at
 
 from .batch import STRIDE, DeliveryBatch
-from .codec import ACK, FRAME_END, FRAME_METHOD, HEARTBEAT, MAX_PREFETCH, TAG_BIT, U32, Delivery
+from .codec import MAX_PREFETCH, Delivery
 from .frames import parse_frames
 from .errors import AMQPError, ChannelClosed, ConnectionClosed, ConnectionFailed, ConsumerCancelled
 from .params import ConnectionParams
@@ -56,6 +64,7 @@ class Connection(QueueMethods, Publishing):
         # delivery being assembled: [tag, redelivered, exchange, rkey, props, left, chunks, ctag]
         self._partial: list | None = None
         self._replies: list = []             # cold method frames received on channel 1 / 0
+        self._handshaking: ClientConnection | None = None  # the sans-IO client, until open-ok
         self._send_lock = threading.Lock()
         self._last_send = time.monotonic()
         self._last_recv = time.monotonic()
@@ -125,31 +134,18 @@ class Connection(QueueMethods, Publishing):
 
     def _handshake(self) -> None:
         p = self.params
-        self._send(pheader.ProtocolHeader().marshal())
-        start = self._expect(0, commands.Connection.Start, p.connect_timeout)
-        self.server_properties = dict(start.server_properties or {})
-        mechs = start.mechanisms.split() if isinstance(start.mechanisms, str) else []
-        if mechs and "PLAIN" not in mechs:
-            raise ConnectionFailed(f"broker offers no PLAIN auth (mechanisms: {start.mechanisms})")
         caps = {"authentication_failure_close": True, "consumer_cancel_notify": True,
                 "publisher_confirms": True, "basic.nack": True, "connection.blocked": True}
-        self._send_method(0, commands.Connection.StartOk(
-            client_properties={"product": self.client_name, "capabilities": caps},
-            mechanism="PLAIN", response=f"\0{p.username}\0{p.password}", locale="en_US"))
-        tune = self._expect(0, commands.Connection.Tune, p.connect_timeout)
-        self.frame_max = min(tune.frame_max or 131072, 131072)
-        if not p.heartbeat:          # the client asked for no heartbeats
-            self.heartbeat = 0
-        elif tune.heartbeat:
-            self.heartbeat = min(p.heartbeat, tune.heartbeat)
-        else:
-            self.heartbeat = p.heartbeat
-        channel_max = tune.channel_max or 2047
-        self._send_method(0, commands.Connection.TuneOk(channel_max=channel_max,
-                                                        frame_max=self.frame_max,
-                                                        heartbeat=self.heartbeat))
-        self._send_method(0, commands.Connection.Open(virtual_host=p.vhost))
-        self._expect(0, commands.Connection.OpenOk, p.connect_timeout)
+        proto = self._handshaking = ClientConnection(
+            p.username, p.password, p.vhost, heartbeat=p.heartbeat, frame_max=131072,
+            client_properties={"product": self.client_name, "capabilities": caps})
+        self._send(proto.data_to_send())
+        deadline = time.monotonic() + p.connect_timeout
+        while self._handshaking is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._fail(ConnectionClosed("timed out waiting for the broker's handshake"))
+            self._recv(left)
         self._send_method(1, commands.Channel.Open())
         self._expect(1, commands.Channel.OpenOk, p.connect_timeout)
         if self.heartbeat:
@@ -157,12 +153,30 @@ class Connection(QueueMethods, Publishing):
                                                name="amqp-heartbeat")
             self._hb_thread.start()
 
+    def _handshake_data(self, data: bytes) -> None:
+        proto = self._handshaking
+        try:
+            events = proto.receive_data(data)
+        except WireError as exc:
+            raise ConnectionFailed(str(exc), exc.code if exc.code == 403 else 0) from None
+        out = proto.data_to_send()
+        if out:
+            self._send(out)
+        for e in events:
+            if type(e) is wire_events.Connected:
+                self._handshaking = None
+                self.server_properties = e.server_properties
+                self.frame_max, self.heartbeat = e.frame_max, e.heartbeat
+            elif type(e) is wire_events.Closing:
+                raise self._fail(ConnectionClosed(f"broker closed the connection: {e.code} {e.text}",
+                                                  e.code, e.text))
+
     def _heartbeat_loop(self) -> None:
         interval = max(self.heartbeat / 2.0, 0.5)
         while not self._hb_stop.wait(interval):
             if time.monotonic() - self._last_send >= interval:
                 try:
-                    self._send(HEARTBEAT)
+                    self._send(HEARTBEAT_FRAME)
                 except (AMQPError, OSError):
                     return
 
@@ -179,7 +193,7 @@ class Connection(QueueMethods, Publishing):
             raise self._fail(ConnectionClosed(f"connection lost: {exc}")) from None
 
     def _send_method(self, channel: int, method) -> None:
-        self._send(pframe.marshal(method, channel))
+        self._send(wire.method_frame(channel, method))
 
     def _fail(self, exc: AMQPError) -> AMQPError:
         if self.closed is None:
@@ -216,17 +230,23 @@ class Connection(QueueMethods, Publishing):
         return True
 
     def _parse(self, data: bytes) -> None:
+        if self._handshaking is not None:
+            self._handshake_data(data)
+            return
         buf = self._rest + data if self._rest else data
         pos = parse_frames(self, buf)
         self._rest = buf[pos:] if pos < len(buf) else b""
 
-    def _on_method(self, channel: int, raw: bytes) -> None:
-        cm = U32.unpack_from(raw, 7)[0]
+    def _on_method(self, channel: int, payload: bytes) -> None:
+        cm = method_id_at(payload, 0)
         if cm == _M_ACK or cm == _M_NACK:   # publisher confirms
-            tag, bits = TAG_BIT.unpack_from(raw, 11)
+            tag, bits = tag_bits_at(payload, 0)
             self._on_confirm(cm == _M_NACK, tag, bool(bits & 1))
             return
-        _, _, method = pframe.unmarshal(raw)
+        try:
+            method = wire.decode_method(payload)
+        except WireError as exc:
+            raise self._fail(ConnectionClosed(f"protocol error: {exc}")) from None
         if isinstance(method, commands.Connection.Close):
             try:
                 self._send_method(0, commands.Connection.CloseOk())
@@ -320,8 +340,7 @@ class Connection(QueueMethods, Publishing):
 
     def basic_ack(self, delivery_tag: int, multiple: bool = False) -> None:
         self._check()
-        self._send(ACK.pack(FRAME_METHOD, 1, 13, 60, 80, delivery_tag, 1 if multiple else 0,
-                             FRAME_END))
+        self._send(ack_frame(1, delivery_tag, multiple))
 
     def sync(self, queue: str) -> int:
         """A round trip on the channel (passive queue.declare): every frame sent before it

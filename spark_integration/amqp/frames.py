@@ -3,6 +3,7 @@
 This is the client's hot path (every message read passes through it), so it is written for
 few Python operations per delivery:
 
+* frames are found with the project's codec (``exchange_broker.protocol.frames.frame_at``);
 * the buffer is ``bytes``: a body is one slice of it (one copy, no memoryview);
 * a delivery whose three frames (``basic.deliver``, content header, one body frame) are all
   in the buffer is parsed in one step, without the per-frame state machine;
@@ -20,21 +21,16 @@ methods) goes through the general per-frame path.
 
 from __future__ import annotations
 
-import struct
+from exchange_broker.protocol.errors import AMQPError as WireError
+from exchange_broker.protocol.frames import content_at, content_head_at, frame_at
 
 from .batch import offset_properties, stream_offset_of
-from .codec import (CONTENT_HDR, FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_METHOD, HDR,
-                    TAG_BIT, decode_properties, shortstr)
+from .codec import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, I64, TAG_BIT, U16, decode_properties, shortstr
 from .errors import ConnectionClosed
 
 __all__ = ["parse_frames"]
 
-M_DELIVER = (60 << 16) | 60
-_METHOD = struct.Struct(">I")          # class and method ids
-# a header frame without properties (its end byte included) and the next frame's head
-_PLAIN = struct.Struct(">BHIHHQHBBHI")
-# the property list holding only the offset header, the frame's end, the next frame's head
-_OFFSET_ONLY = struct.Struct(">21sqBBHI")
+_DELIVER_ID = b"\x00\x3c\x00\x3c"     # class 60, method 60: basic.deliver
 # a headers table holding only {"x-stream-offset": <long>}: what a stream queue adds to a
 # message published without properties
 _OFFSET_TABLE = b"\x00\x00\x00\x19\x0fx-stream-offsetl"
@@ -52,24 +48,26 @@ def parse_frames(conn, buf: bytes) -> int:
 
     Complete deliveries are appended to ``conn._deliveries``; a delivery whose frames are not
     all here yet is kept in ``conn._partial``; other methods go to ``conn._on_method``."""
+    try:
+        return _parse(conn, buf)
+    except WireError as exc:
+        raise conn._fail(ConnectionClosed(f"protocol error: {exc}")) from None
+
+
+def _parse(conn, buf: bytes) -> int:
     n = len(buf)
     pos = 0
-    unpack_hdr = HDR.unpack_from
-    unpack_method = _METHOD.unpack_from
     unpack_tag = TAG_BIT.unpack_from
-    unpack_plain = _PLAIN.unpack_from
-    unpack_offset = _OFFSET_ONLY.unpack_from
+    unpack_u16 = U16.unpack_from
     extend = conn._deliveries.extend
     ctags = conn._ctag_cache
     names = conn._name_cache
-    while n - pos >= 8:
-        ftype, channel, size = unpack_hdr(buf, pos)
-        end = pos + 7 + size
-        if end >= n:
+    while True:
+        got = frame_at(buf, pos, n)
+        if got is None:
             break
-        if buf[end] != FRAME_END:
-            raise conn._fail(ConnectionClosed("protocol error: bad frame end"))
-        if ftype == FRAME_METHOD and unpack_method(buf, pos + 7)[0] == M_DELIVER:
+        ftype, channel, end = got
+        if ftype == FRAME_METHOD and buf[pos + 7:pos + 11] == _DELIVER_ID:
             p = pos + 12 + buf[pos + 11]
             raw = buf[pos + 11:p]
             ctag = ctags.get(raw)
@@ -85,40 +83,22 @@ def parse_frames(conn, buf: bytes) -> int:
                     names.clear()
                 pair = names[raw] = _names(raw)
             # the common case: the header frame and one body frame follow, all in the buffer;
-            # a header frame without properties or with only the offset header is read
-            # together with the body frame's head
+            # a header frame without properties or with only the offset header is read without
+            # decoding a property list
             h = end + 1
-            b = 0                                 # start of the body frame, once known
-            if n - h >= 29:
-                htype, _c, hsize, _k, _w, body_size, flags, hend, btype, _c, bsize = \
-                    unpack_plain(buf, h)
-                if htype == FRAME_HEADER:
-                    props = offset = None
-                    if hsize == 14 and hend == FRAME_END and not flags:
-                        b = h + 22
-                    elif flags == 0x2000 and hsize == 43 and n - h >= 58:
-                        table, offset, hend, btype, _c, bsize = unpack_offset(buf, h + 21)
-                        if table == _OFFSET_TABLE and hend == FRAME_END:
-                            b = h + 51
-                    if not b:
-                        hend = h + 7 + hsize
-                        if hend + 8 < n and buf[hend] == FRAME_END:
-                            props = decode_properties(buf, h + 21, flags)
-                            offset = stream_offset_of(props)
-                            b = hend + 1
-                            btype, _c, bsize = unpack_hdr(buf, b)
-                    if b:
-                        if not body_size:
-                            extend((tag, bits & 1 == 1, pair, ctag, props, b"", offset))
-                            pos = b
-                            continue
-                        bend = b + 7 + bsize
-                        if (btype == FRAME_BODY and bsize == body_size and bend < n
-                                and buf[bend] == FRAME_END):
-                            extend((tag, bits & 1 == 1, pair, ctag, props, buf[b + 7:bend],
-                                    offset))
-                            pos = bend + 1
-                            continue
+            whole = content_at(buf, h, n, channel)
+            if whole is not None:
+                flags, hend, bstart, bend, nxt = whole
+                props = offset = None
+                if flags == 0x2000 and hend == h + 50 and buf[h + 21:h + 42] == _OFFSET_TABLE:
+                    offset = I64.unpack_from(buf, h + 42)[0]
+                elif flags or hend != h + 21:
+                    props = decode_properties(buf, h + 21, flags)
+                    offset = stream_offset_of(props)
+                extend((tag, bits & 1 == 1, pair, ctag, props, buf[bstart:bend] if bend > bstart else b"",
+                        offset))
+                pos = nxt
+                continue
             conn._partial = [tag, bits & 1 == 1, pair, ctag, None, 0, [], None]
         elif ftype == FRAME_BODY:
             part = conn._partial
@@ -129,7 +109,8 @@ def parse_frames(conn, buf: bytes) -> int:
                 if part[5] <= 0:
                     _complete(conn)
         elif ftype == FRAME_HEADER:
-            _cls, _w, body_size, flags = CONTENT_HDR.unpack_from(buf, pos + 7)
+            body_size = content_head_at(buf, pos + 7)[2]
+            flags = unpack_u16(buf, pos + 19)[0]
             part = conn._partial
             if part is not None:
                 if flags:
@@ -140,7 +121,7 @@ def parse_frames(conn, buf: bytes) -> int:
                 if body_size == 0:
                     _complete(conn)
         elif ftype == FRAME_METHOD:
-            conn._on_method(channel, buf[pos:end + 1])
+            conn._on_method(channel, buf[pos + 7:end])
         pos = end + 1
     return pos
 

@@ -6,25 +6,19 @@ from __future__ import annotations
 
 from pamqp import commands
 from pamqp import frame as pframe
+from sansio import frames as framed
 
 from exchange_broker.testing import client_handshake
 from exchange_broker.assembly import make_broker
 from exchange_broker.connection.session import Session
 from exchange_broker.core.clock import ManualClock
 
-HANDSHAKE = client_handshake(1)
-
 
 def frames(data: bytes) -> list:
-    out = []
-    while data:
-        if data.startswith(b"AMQP"):
-            data = data[8:]
-            continue
-        n, _channel, f = pframe.unmarshal(data)
-        data = data[n:]
-        out.append(f)
-    return out
+    return [f for _channel, f in framed(data)]
+
+
+HANDSHAKE = client_handshake(1)
 
 
 def connect(broker):

@@ -222,6 +222,8 @@ def test_capability_is_advertised(connect):
 
 
 # -- consumer timeout ------------------------------------------------------------------------------
+# (over a real socket: what a client sees; the rule itself, basic.get and the broker default are
+# tested sans-IO on a ManualClock in tests/connection/test_consumer_timeout.py)
 
 def test_consumer_timeout_closes_the_channel_and_requeues(connect):
     conn = connect()
@@ -254,35 +256,6 @@ def test_consumer_timeout_closes_the_channel_and_requeues(connect):
     # the held message went back and the other consumer got it, redelivered
     assert _pump(conn, lambda: fast_got == [b"fast", b"slow"])
     assert fast.is_open and conn.is_open
-
-
-def test_consumer_timeout_covers_basic_get(connect):
-    conn = connect()
-    q = uniq("ct")
-    ch = conn.channel()
-    ch.queue_declare(q, arguments={"x-consumer-timeout": 1000})
-    ch.basic_publish("", q, b"x")
-    closed = []
-    ch._impl.add_on_close_callback(lambda c, reason: closed.append(reason))
-    m, _p, _b = ch.basic_get(q)
-    assert m is not None
-    assert _pump(conn, lambda: closed, timeout=4)
-    assert closed[0].reply_code == 406
-    assert count(conn.channel(), q) == 1
-
-
-def test_consumer_timeout_is_per_queue(connect):
-    """Without the argument, the broker default (30 minutes) applies: nothing happens here."""
-    conn = connect()
-    q = uniq("ct")
-    ch = conn.channel()
-    ch.queue_declare(q)
-    ch.basic_publish("", q, b"x")
-    held = []
-    ch.basic_consume(q, lambda c, m, p, b: held.append(m))
-    _pump(conn, lambda: False, timeout=2.2)
-    assert held and ch.is_open
-    ch.basic_ack(held[0].delivery_tag)
 
 
 def test_invalid_consumer_timeout_is_406(ch):

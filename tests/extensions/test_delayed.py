@@ -2,6 +2,8 @@
 
 In-process broker (memory only) for the protocol behaviour and the timing measurement, and the
 real `exchange-broker serve` subprocess on SQLite and PostgreSQL for durability across SIGKILL.
+The rules (due order, x-delay types, bindings at due time, deleting the exchange) are tested
+sans-IO on a ManualClock in tests/core/test_delayed_clock.py.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from decimal import Decimal
 
 import aio_pika
 import pika
@@ -25,19 +26,6 @@ DELAYED = "x-delayed-message"
 
 def _run(coro, timeout: float = 30.0):
     return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-def _drain(ch, queue: str, count: int, timeout: float = 5.0) -> list[tuple[bytes, dict, float]]:
-    """(body, headers, arrival time) of up to ``count`` messages, waiting at most ``timeout``."""
-    out = []
-    deadline = time.monotonic() + timeout
-    for method, props, body in ch.consume(queue, auto_ack=True, inactivity_timeout=0.05):
-        if method is not None:
-            out.append((body, props.headers or {}, time.time()))
-        if len(out) >= count or time.monotonic() > deadline:
-            break
-    ch.cancel()
-    return out
 
 
 # -- declaration ---------------------------------------------------------------------------------
@@ -60,79 +48,6 @@ def test_declare_requires_x_delayed_type(broker, pika_conn):
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:  # like any unknown type
         ch.exchange_declare("dl-bogus", DELAYED, arguments={"x-delayed-type": "bogus"})
     assert err.value.reply_code == 503
-
-
-def test_delays_follow_due_time_not_publish_order(broker, channel):
-    ch = channel
-    ch.exchange_declare("dl", DELAYED, arguments={"x-delayed-type": "direct"})
-    q = ch.queue_declare("", exclusive=True).method.queue
-    ch.queue_bind(q, "dl", "k")
-    t0 = time.time()
-    delays = [500, 100, 400, 200, 300]
-    for d in delays:
-        ch.basic_publish("dl", "k", str(d).encode(), pika.BasicProperties(headers={"x-delay": d,
-                                                                                  "keep": "me"}))
-    # no (valid) x-delay: routed at once and untouched, like the plugin
-    for h in (None, {"x-delay": 0}, {"x-delay": -50}, {"x-delay": "soon"}, {"x-delay": 2 ** 32}):
-        ch.basic_publish("dl", "k", b"now", pika.BasicProperties(headers=h))
-    got = _drain(ch, q, len(delays) + 5)
-    assert [b for b, _, _ in got[:5]] == [b"now"] * 5
-    assert [h.get("x-delay") for _, h, _ in got[:5]] == [None, 0, -50, "soon", 2 ** 32]
-    assert all(at - t0 < 0.09 for _, _, at in got[:5])
-    held = got[5:]
-    assert [int(b) for b, _, _ in held] == sorted(delays)
-    for body, headers, at in held:
-        d = int(body)
-        assert headers == {"x-delay": -d, "keep": "me"}  # the plugin negates x-delay on routing
-        assert at - t0 >= d / 1000 - 0.002, f"{d} ms message came early"
-
-
-def test_x_delay_value_types(broker, channel):
-    ch = channel
-    ch.exchange_declare("dlt", DELAYED, arguments={"x-delayed-type": "fanout"})
-    q = ch.queue_declare("", exclusive=True).method.queue
-    ch.queue_bind(q, "dlt", "")
-    t0 = time.time()
-    ch.basic_publish("dlt", "", b"str", pika.BasicProperties(headers={"x-delay": "200"}))
-    ch.basic_publish("dlt", "", b"float",  # a decimal (pika has no float): truncated
-                     pika.BasicProperties(headers={"x-delay": Decimal("150.9")}))
-    got = _drain(ch, q, 2)
-    assert [(b, h["x-delay"]) for b, h, _ in got] == [(b"float", -150), (b"str", -200)]
-    assert got[0][2] - t0 >= 0.148 and got[1][2] - t0 >= 0.198
-
-
-def test_bindings_are_those_at_due_time_and_mandatory_is_not_returned(broker, channel):
-    ch = channel
-    ch.confirm_delivery()
-    returned = []
-    ch.add_on_return_callback(lambda *a: returned.append(a))
-    ch.exchange_declare("dlb", DELAYED, arguments={"x-delayed-type": "direct"})
-    # no binding yet: the plugin cannot know the route, so no basic.return and a positive confirm
-    ch.basic_publish("dlb", "late", b"x", pika.BasicProperties(headers={"x-delay": 300}),
-                     mandatory=True)
-    q = ch.queue_declare("", exclusive=True).method.queue
-    ch.queue_bind(q, "dlb", "late")  # bound after the publish: counts, as in the plugin
-    got = _drain(ch, q, 1)
-    assert [b for b, _, _ in got] == [b"x"]
-    pika_conn = ch.connection
-    pika_conn.process_data_events(0.1)
-    assert returned == []
-
-
-def test_exchange_delete_drops_pending(broker, channel):
-    ch = channel
-    ch.exchange_declare("dld", DELAYED, arguments={"x-delayed-type": "fanout"})
-    q = ch.queue_declare("", exclusive=True).method.queue
-    ch.queue_bind(q, "dld", "")
-    for _ in range(3):
-        ch.basic_publish("dld", "", b"gone", pika.BasicProperties(headers={"x-delay": 200}))
-    ch.exchange_delete("dld")
-    ch.exchange_declare("dld", DELAYED, arguments={"x-delayed-type": "fanout"})
-    ch.queue_bind(q, "dld", "")
-    ch.basic_publish("dld", "", b"new", pika.BasicProperties(headers={"x-delay": 300}))
-    got = _drain(ch, q, 2, timeout=0.8)
-    assert [b for b, _, _ in got] == [b"new"]
-    assert broker.call(lambda: broker.broker.delayed.pending) == 0
 
 
 def test_topic_and_headers_delayed_types_aio_pika(broker):

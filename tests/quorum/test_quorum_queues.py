@@ -102,20 +102,6 @@ def test_delivery_limit_counts_returns_then_dead_letters(pika_conn):
     assert ch.basic_get(name)[0] is None
 
 
-def test_delivery_limit_without_dlx_drops_and_channel_close_counts(broker):
-    conn = pika_connect(broker.port)
-    ch = conn.channel()
-    name = uniq("qq")
-    ch.queue_declare(name, durable=True, arguments={**Q, "x-delivery-limit": 1})
-    ch.basic_publish("", name, b"x")
-    for _ in range(2):  # delivered, then the channel closes with it unacked: a return
-        c = conn.channel()
-        method, _props, _body = _get(c, name)
-        c.close()
-    assert ch.basic_get(name)[0] is None  # returned twice > limit 1: dropped
-    conn.close()
-
-
 def test_at_least_once_and_reject_dead_letter(pika_conn):
     ch = pika_conn.channel()
     dlq, name = uniq("dlq"), uniq("qq")
@@ -131,13 +117,12 @@ def test_at_least_once_and_reject_dead_letter(pika_conn):
     assert body == b"bad" and props.headers["x-death"][0]["reason"] == "rejected"
 
 
-def test_length_limits_and_ttl(pika_conn):
+def test_length_limits(pika_conn):
     ch = pika_conn.channel()
     ch.confirm_delivery()
-    capped, dropping, ttl = uniq("qq"), uniq("qq"), uniq("qq")
+    capped, dropping = uniq("qq"), uniq("qq")
     ch.queue_declare(capped, durable=True, arguments={**Q, "x-max-length": 2, "x-overflow": "reject-publish"})
     ch.queue_declare(dropping, durable=True, arguments={**Q, "x-max-length": 2})
-    ch.queue_declare(ttl, durable=True, arguments={**Q, "x-message-ttl": 100})
     nacked = 0
     for i in range(3):
         try:
@@ -147,9 +132,7 @@ def test_length_limits_and_ttl(pika_conn):
         ch.basic_publish("", dropping, b"%d" % i)
     assert nacked == 1
     assert [_get(ch, dropping, auto_ack=True)[2] for _ in range(2)] == [b"1", b"2"]
-    ch.basic_publish("", ttl, b"gone")
-    time.sleep(0.3)
-    assert ch.basic_get(ttl)[0] is None
+    # (the TTL and the delivery limit's returns: tests/queue_types/test_quorum_rules.py)
 
 
 def test_single_active_consumer_and_priorities(broker):

@@ -143,3 +143,26 @@ def test_keep_takes_exactly_the_range(offsets, resume, end, kept, resume_after):
 def test_offset_properties():
     assert offset_properties(None).headers is None
     assert offset_properties(3).headers == {"x-stream-offset": 3}
+
+
+def test_sink_frames_decode_as_the_publishes_of_the_rows():
+    """frames_for_batch (the sink's encoder, over the project's codec) read back by pamqp: the fast
+    path (no properties, one body frame), an empty body, a body over several frames, headers."""
+    from spark_integration.publish_rows import frames_for_batch
+
+    rows = {"body": [b"a", b"", b"x" * 300, b"h"], "routing_key": ["k1", "k2", "k3", "k4"],
+            "headers": [None, None, None, {"h": "v"}]}
+    batch = pa.RecordBatch.from_pydict(rows, schema=pa.schema([
+        ("body", pa.binary()), ("routing_key", pa.string()), ("headers", pa.map_(pa.string(), pa.string()))]))
+    out, size = frames_for_batch(batch, "ex", None, True, 128, {})
+    assert size == 302 and len(out) == 4
+    for data, body, key, headers in zip(out, rows["body"], rows["routing_key"], rows["headers"]):
+        frames, pos = [], 0
+        while pos < len(data):
+            used, channel, f = pframe.unmarshal(data[pos:])
+            frames.append(f)
+            pos += used
+        publish, header, *bodies = frames
+        assert (publish.exchange, publish.routing_key, publish.mandatory) == ("ex", key, True)
+        assert header.body_size == len(body) and header.properties.headers == headers
+        assert b"".join(b.value for b in bodies) == body and all(len(b.value) <= 120 for b in bodies)

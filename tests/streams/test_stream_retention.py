@@ -1,5 +1,6 @@
 """Item 4: retention by x-max-length-bytes and x-max-age, in whole segments
-(x-stream-max-segment-size-bytes); consumers asking for a truncated offset start at the first kept."""
+(x-stream-max-segment-size-bytes); consumers asking for a truncated offset start at the first kept.
+x-max-age is tested sans-IO on a ManualClock in tests/queue_types/test_stream_retention_clock.py."""
 
 from __future__ import annotations
 
@@ -71,32 +72,6 @@ def test_retention_while_a_consumer_is_behind(conn, broker):
     assert offsets[2:] == list(range(first, 65))     # skipped straight to the first kept
 
 
-def test_max_age_drops_old_segments(conn, broker):
-    ch = conn.channel()
-    name = uniq()
-    declare_stream(ch, name, **{"x-max-age": "1s", "x-stream-max-segment-size-bytes": 500})
-    ch.confirm_delivery()
-    publish(ch, name, [BODY] * 10)                   # two full segments
-    assert _info(broker, name)["first_offset"] == 0
-    time.sleep(1.3)
-    publish(ch, name, [BODY] * 3)                    # opens a new segment: the old ones expired
-    assert _info(broker, name)["first_offset"] == 10
-    assert [o for _, o, _ in read(conn, name, 3, offset="first")] == [10, 11, 12]
-    assert ch.queue_declare(name, passive=True).method.message_count == 3
-
-
-def test_max_age_applies_when_a_consumer_attaches(conn, broker):
-    ch = conn.channel()
-    name = uniq()
-    declare_stream(ch, name, **{"x-max-age": "1s", "x-stream-max-segment-size-bytes": 300})
-    ch.confirm_delivery()
-    publish(ch, name, [BODY] * 7)                    # segments [0-2] [3-5] [6]
-    time.sleep(1.3)
-    got = read(conn, name, 1, offset=0)
-    assert [o for _, o, _ in got] == [6]             # only the active segment is kept
-    assert ch.queue_declare(name, passive=True).method.message_count == 1
-
-
 def test_retention_aio_pika(broker):
     async def main():
         async with await aio_pika.connect(broker.url) as conn:
@@ -119,13 +94,4 @@ def test_retention_aio_pika(broker):
                     if offsets[-1] == 49:
                         break
             assert offsets == list(range(first, 50))
-            # x-max-age with aio-pika
-            aged = uniq()
-            await ch.declare_queue(aged, durable=True, arguments={
-                **STREAM, "x-max-age": "1s", "x-stream-max-segment-size-bytes": 300})
-            for i in range(6):
-                await ch.default_exchange.publish(aio_pika.Message(b"z" * 100), routing_key=aged)
-            await asyncio.sleep(1.3)
-            await ch.default_exchange.publish(aio_pika.Message(b"z" * 100), routing_key=aged)
-            assert _info(broker, aged)["first_offset"] == 6
     asyncio.run(main())

@@ -48,20 +48,19 @@ def test_offset_header_splice(props, offset):
 
 def test_parse_offset_spec():
     desc = "queue 'q' in vhost '/'"
-    assert parse_offset_spec(None, desc) == ("next",)
-    assert parse_offset_spec("first", desc) == ("first",)
-    assert parse_offset_spec(b"last", desc) == ("last",)
-    assert parse_offset_spec(12, desc) == ("offset", 12)
+    now = 1_700_000_000_000  # the broker clock's wall time, ms
+    assert parse_offset_spec(None, desc, now) == ("next",)
+    assert parse_offset_spec("first", desc, now) == ("first",)
+    assert parse_offset_spec(b"last", desc, now) == ("last",)
+    assert parse_offset_spec(12, desc, now) == ("offset", 12)
     ts = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.timezone.utc)
-    assert parse_offset_spec(ts, desc) == ("time", int(ts.timestamp() * 1000))
+    assert parse_offset_spec(ts, desc, now) == ("time", int(ts.timestamp() * 1000))
     naive = datetime.datetime(2024, 5, 6, 7, 8, 9)           # pika: naive UTC
-    assert parse_offset_spec(naive, desc) == ("time", int(ts.timestamp() * 1000))
-    kind, ms = parse_offset_spec("2h", desc)
-    now = datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000
-    assert kind == "time" and abs(now - 7_200_000 - ms) < 5000
+    assert parse_offset_spec(naive, desc, now) == ("time", int(ts.timestamp() * 1000))
+    assert parse_offset_spec("2h", desc, now) == ("time", now - 7_200_000)
     for bad in ("3", "soon", 1.5, True, {"a": 1}):
         with pytest.raises(AMQPError) as exc:
-            parse_offset_spec(bad, desc)
+            parse_offset_spec(bad, desc, now)
         assert exc.value.code == 406 and "invalid_stream_offset_arg" in exc.value.text
 
 

@@ -1,9 +1,9 @@
-"""One channel of an inter-node link (``link.py``): synchronous calls answered in order,
+"""One channel of a client connection (``connection.py``): synchronous calls answered in order,
 publishes with confirms, consumers fed by callbacks, basic.get, acks.
 
-Confirms: after :meth:`LinkChannel.confirm_select`, :meth:`LinkChannel.publish` returns a future
-that becomes True when the node acks the message (its queues have it: stored, for durable ones)
-and False when it nacks it; it fails with ``LinkError`` if the channel or the link closes first.
+Confirms: after :meth:`Channel.confirm_select`, :meth:`Channel.publish` returns a future that
+becomes True when the broker acks the message (its queues have it: stored, for durable ones) and
+False when it nacks it; it fails with ``ClientError`` if the channel or the connection closes first.
 """
 
 from __future__ import annotations
@@ -15,29 +15,39 @@ from typing import Callable
 
 from pamqp import commands
 
-from exchange_broker.cluster.link_frames import Delivery, LinkError, method, publish_frames
+from exchange_broker.client.errors import ClientError
 from exchange_broker.protocol import codec
+from exchange_broker.protocol.deliveries import Delivery
 
 OnDelivery = Callable[[Delivery], None]
-OnCancel = Callable[[str, "LinkError | None"], None]  # (consumer tag, None: cancelled by the node)
+OnCancel = Callable[[str, "ClientError | None"], None]  # (consumer tag, None: cancelled by the broker)
 
 
-def _fail(fut: asyncio.Future, error: LinkError) -> None:
+def _fail(fut: asyncio.Future, error: ClientError) -> None:
     if not fut.done():
         fut.set_exception(error)
         fut.exception()  # retrieved: whoever awaits it still gets the error
 
 
-class LinkChannel:
-    def __init__(self, link, number: int) -> None:
-        self.link = link
+def _settle(waiting, ok: bool) -> None:
+    """A confirm arrived: set the publish's future, or call its ``on_confirm``."""
+    if isinstance(waiting, asyncio.Future):
+        if not waiting.done():
+            waiting.set_result(ok)
+    else:
+        waiting(ok)
+
+
+class Channel:
+    def __init__(self, connection, number: int) -> None:
+        self.connection = connection
         self.number = number
-        self.error: LinkError | None = None
+        self.error: ClientError | None = None
         self.confirming = False
         self.on_return: Callable[[Delivery], None] | None = None  # mandatory publishes returned
         self._rpc: deque[tuple[tuple, asyncio.Future]] = deque()
         self._seq = 0
-        self._unconfirmed: OrderedDict[int, asyncio.Future] = OrderedDict()
+        self._unconfirmed: OrderedDict[int, asyncio.Future | Callable[[bool], None]] = OrderedDict()
         self._consumers: dict[str, tuple[OnDelivery, OnCancel | None]] = {}
         self._tags = count(1)
         # deliveries not yet settled, in delivery-tag order, and acks not yet sent: the acks of an
@@ -48,13 +58,13 @@ class LinkChannel:
 
     # -- calls -----------------------------------------------------------------------------------
     async def call(self, m, *replies):
-        """Send a synchronous method; returns the node's reply (one of ``replies``)."""
+        """Send a synchronous method; returns the broker's reply (one of ``replies``)."""
         if self.error is not None:
             raise self.error
         self.flush_acks()  # before a cancel or close: what was acked must not come back
         fut = asyncio.get_running_loop().create_future()
         self._rpc.append((replies, fut))
-        self.link._send(method(self.number, m))
+        self.connection._send(codec.method_frame(self.number, m))
         return await fut
 
     async def confirm_select(self) -> None:
@@ -67,24 +77,31 @@ class LinkChannel:
                 await self.call(commands.Channel.Close(reply_code=200, reply_text="Goodbye", class_id=0,
                                                    method_id=0),
                                 commands.Channel.CloseOk)
-            except LinkError:
+            except ClientError:
                 pass
-        self._closed(LinkError("channel closed"))
+        self._closed(ClientError("channel closed"))
 
     # -- publishing ------------------------------------------------------------------------------
     def publish(self, exchange: str, routing_key: str, properties: bytes, body: bytes,
-                mandatory: bool = False) -> asyncio.Future | None:
-        """basic.publish with raw content-header properties; the confirm's future in confirm
-        mode (True: acked, False: nacked), else None."""
+                mandatory: bool = False, on_confirm: Callable[[bool], None] | None = None
+                ) -> asyncio.Future | None:
+        """basic.publish with raw content-header properties (passed on as they are). In confirm
+        mode: returns the confirm's future (True: acked, False: nacked) or, given ``on_confirm``,
+        calls it with the outcome instead (False also when the channel or connection is lost
+        first; no future, no extra loop turn); else None."""
         if self.error is not None:
             raise self.error
-        link = self.link
-        link._send(publish_frames(self.number, codec.short_cached(exchange),
-                                  codec.short_cached(routing_key), mandatory, properties, body,
-                                  link.frame_max))
+        conn = self.connection
+        if conn.transport is None or conn.transport.is_closing():
+            raise conn.error or ClientError("connection is closed")
+        conn.protocol.publish(self.number, exchange, routing_key, properties, body, mandatory)
+        conn._schedule_flush()
         if not self.confirming:
             return None
         self._seq += 1
+        if on_confirm is not None:
+            self._unconfirmed[self._seq] = on_confirm
+            return None
         fut = self._unconfirmed[self._seq] = asyncio.get_running_loop().create_future()
         return fut
 
@@ -95,13 +112,11 @@ class LinkChannel:
                 seq = next(iter(pending))
                 if seq > tag:
                     break
-                fut = pending.pop(seq)
-                if not fut.done():
-                    fut.set_result(ok)
+                _settle(pending.pop(seq), ok)
         else:
-            fut = pending.pop(tag, None)
-            if fut is not None and not fut.done():
-                fut.set_result(ok)
+            waiting = pending.pop(tag, None)
+            if waiting is not None:
+                _settle(waiting, ok)
 
     # -- consuming -------------------------------------------------------------------------------
     async def consume(self, queue: str, on_delivery: OnDelivery, *, prefetch: int = 0,
@@ -109,11 +124,11 @@ class LinkChannel:
                       exclusive: bool = False, arguments: dict | None = None,
                       tag: str = "") -> str:
         """basic.consume (after basic.qos ``prefetch`` when given); returns the consumer tag.
-        ``on_delivery`` runs for each delivery; ``on_cancel(tag, error)`` when the node cancels
-        the consumer (error None) or the channel or link is lost (the error)."""
+        ``on_delivery`` runs for each delivery; ``on_cancel(tag, error)`` when the broker cancels
+        the consumer (error None) or the channel or connection is lost (the error)."""
         if prefetch:
             await self.call(commands.Basic.Qos(prefetch_count=prefetch), commands.Basic.QosOk)
-        tag = tag or f"link-{self.number}-{next(self._tags)}"
+        tag = tag or f"ctag-{self.number}-{next(self._tags)}"
         self._consumers[tag] = (on_delivery, on_cancel)  # deliveries may follow consume-ok at once
         if no_ack:
             self._no_ack.add(tag)
@@ -134,12 +149,12 @@ class LinkChannel:
         if multiple:
             self.flush_acks()
             self._settled_upto(delivery_tag)
-            self.link._send(codec.ack_frame(self.number, delivery_tag, True))
+            self.connection._send(codec.ack_frame(self.number, delivery_tag, True))
             return
         if self.error is not None:
             raise self.error
         self._acks.add(delivery_tag)
-        self.link._ack_later(self)
+        self.connection._ack_later(self)
 
     def flush_acks(self) -> None:
         """Send the acks waiting since the last write: one basic.ack(multiple) for those that are
@@ -161,7 +176,7 @@ class LinkChannel:
         for tag in sorted(acks):
             out.pop(tag, None)
             frames.append(codec.ack_frame(self.number, tag, False))
-        self.link._send(frames)
+        self.connection._send(frames)
 
     def _settled_upto(self, tag: int) -> None:
         out = self._outstanding
@@ -174,13 +189,13 @@ class LinkChannel:
             self._settled_upto(delivery_tag)
         else:
             self._outstanding.pop(delivery_tag, None)
-        self.link._send(method(self.number, commands.Basic.Nack(
+        self.connection._send(codec.method_frame(self.number, commands.Basic.Nack(
             delivery_tag=delivery_tag, multiple=multiple, requeue=requeue)))
 
     def reject(self, delivery_tag: int, requeue: bool = True) -> None:
         self.flush_acks()
         self._outstanding.pop(delivery_tag, None)
-        self.link._send(method(self.number, commands.Basic.Reject(delivery_tag=delivery_tag,
+        self.connection._send(codec.method_frame(self.number, commands.Basic.Reject(delivery_tag=delivery_tag,
                                                                   requeue=requeue)))
 
     async def get(self, queue: str, no_ack: bool = False) -> Delivery | None:
@@ -193,24 +208,20 @@ class LinkChannel:
             self._outstanding.pop(got.delivery_tag, None)  # nothing to settle
         return got
 
-    # -- from the link ---------------------------------------------------------------------------
+    # -- from the connection------------------------------------------------------------------------
     def _method(self, m) -> None:
-        if isinstance(m, commands.Basic.Ack):
-            self._confirm(m.delivery_tag, m.multiple, True)
-        elif isinstance(m, commands.Basic.Nack):
-            self._confirm(m.delivery_tag, m.multiple, False)
-        elif isinstance(m, commands.Basic.Cancel):  # consumer_cancel_notify
+        if isinstance(m, commands.Basic.Cancel):  # consumer_cancel_notify
             entry = self._consumers.pop(m.consumer_tag, None)
             if not m.nowait:
-                self.link._send(method(self.number, commands.Basic.CancelOk(consumer_tag=m.consumer_tag)))
+                self.connection._send(codec.method_frame(self.number, commands.Basic.CancelOk(consumer_tag=m.consumer_tag)))
             if entry is not None and entry[1] is not None:
                 entry[1](m.consumer_tag, None)
         elif isinstance(m, commands.Channel.Close):
-            self.link._send(method(self.number, commands.Channel.CloseOk()))
-            self._closed(LinkError(f"channel closed by the node: {m.reply_code} {m.reply_text}",
+            self.connection._send(codec.method_frame(self.number, commands.Channel.CloseOk()))
+            self._closed(ClientError(f"channel closed by the broker: {m.reply_code} {m.reply_text}",
                                    m.reply_code))
         elif isinstance(m, commands.Channel.Flow):
-            self.link._send(method(self.number, commands.Channel.FlowOk(active=m.active)))
+            self.connection._send(codec.method_frame(self.number, commands.Channel.FlowOk(active=m.active)))
         else:
             self._reply(m)
 
@@ -229,28 +240,31 @@ class LinkChannel:
 
     def _reply(self, m) -> None:
         if not self._rpc:
-            self.link._fail(LinkError(f"unexpected {type(m).__name__} on channel {self.number}"))
+            self.connection._fail(ClientError(f"unexpected {type(m).__name__} on channel {self.number}"))
             return
         replies, fut = self._rpc.popleft()
         if not isinstance(m, replies):
-            error = LinkError(f"expected {' or '.join(r.__name__ for r in replies)}, got "
+            error = ClientError(f"expected {' or '.join(r.__name__ for r in replies)}, got "
                               f"{type(m).__name__}")
             _fail(fut, error)
-            self.link._fail(error)
+            self.connection._fail(error)
         elif not fut.done():
             fut.set_result(m)
 
-    def _closed(self, error: LinkError) -> None:
+    def _closed(self, error: ClientError) -> None:
         if self.error is not None:
             return
         self.error = error
-        self.link.channels.pop(self.number, None)
-        self.link.reader.forget(self.number)
+        self.connection.channels.pop(self.number, None)
+        self.connection.protocol.forget(self.number)
         while self._rpc:
             _fail(self._rpc.popleft()[1], error)
         pending, self._unconfirmed = self._unconfirmed, OrderedDict()
-        for fut in pending.values():
-            _fail(fut, error)
+        for waiting in pending.values():
+            if isinstance(waiting, asyncio.Future):
+                _fail(waiting, error)
+            else:
+                waiting(False)
         consumers, self._consumers = self._consumers, {}
         for tag, (_deliver, on_cancel) in consumers.items():
             if on_cancel is not None:
