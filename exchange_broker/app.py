@@ -112,13 +112,18 @@ def build_broker(clock: Clock, *, durability=None, config: Config | None = None)
     ``config`` (the defaults without one)."""
     config = config or Config()
     broker = make_broker(clock=clock, durability=durability, consumer_timeout_ms=config.consumer_timeout,
-                         max_connections=config.max_connections)
+                         max_connections=config.max_connections, default_user=config.default_user,
+                         default_pass=config.default_pass)
     if config.auth_backend_list != ["internal"]:  # --auth-backends (exchange_broker/auth/)
         from exchange_broker.auth.chain import make_chain
         try:
             broker.auth = make_chain(broker, config, getattr(clock, "loop", None))
         except ValueError as exc:
             raise StartupError(str(exc)) from None
+    if config.event_exchange:  # before recovery: durable queues bound to it get their bindings back
+        from exchange_broker.core.events import EventExchange
+        broker.events = EventExchange(broker)
+        broker.events.install()
     return broker
 
 
@@ -272,6 +277,12 @@ class Application:
         # allocates messages that mostly live until their commit, so at 700 the collector ran
         # ~9,000 times per million stream appends and took ~18% of the broker's CPU
         gc.set_threshold(*GC_THRESHOLDS)
+        if config.load_definitions:  # before the listeners accept anyone (RabbitMQ's load_definitions)
+            from exchange_broker.management.boot_definitions import load_definitions
+            try:
+                load_definitions(self.broker, config.load_definitions)
+            except ValueError as exc:
+                raise StartupError(str(exc)) from None
         self.server = make_server(self.broker, config)
         if self.cluster is not None:
             await self.cluster.renew()  # recovery took a while: the lease runs from now again

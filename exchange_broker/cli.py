@@ -24,7 +24,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(serve_defaults: dict | None = None) -> argparse.ArgumentParser:
     p = Parser(prog="exchange-broker",
                description="A RabbitMQ-compatible AMQP 0-9-1 message broker")
     sub = p.add_subparsers(dest="command", required=True)
@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the broker. Every option also reads the environment variable "
                                    "shown with it (EXCHANGE_BROKER_<OPTION>); the command line wins.")
     add_arguments(s, SERVE)
+    if serve_defaults:  # from --config FILE: below the flags and the environment variables
+        s.set_defaults(**serve_defaults)
     db = sub.add_parser("db", help="database schema management (alembic migrations)")
     dbsub = db.add_subparsers(dest="db_command", required=True)
     for name, helptext in (("upgrade", "apply migrations up to a revision (default head)"),
@@ -106,9 +108,31 @@ def configure_logging(level_name: str, command: str) -> None:
                 lambda record: not record.getMessage().startswith(("Context impl", "Will assume")))
 
 
+def with_config_file(args: argparse.Namespace, argv: list[str] | None) -> tuple[argparse.Namespace, list]:
+    """``serve --config FILE``: the arguments parsed again with the file's settings as defaults
+    (those whose EXCHANGE_BROKER_* variable is set keep the variable's value), and the file's keys
+    that were ignored. ValueError: the file's one-line error."""
+    import os
+
+    from exchange_broker.config import env_of
+    from exchange_broker.config_file import load
+    values, ignored = load(args.config)
+    values = {k: v for k, v in values.items() if env_of(k) not in os.environ}
+    return build_parser(values).parse_args(argv), ignored
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    ignored: list = []
+    if getattr(args, "config", None):
+        try:
+            args, ignored = with_config_file(args, argv)
+        except ValueError as exc:
+            print(f"exchange-broker {args.command}: error: {exc}", file=sys.stderr)
+            return 1
     configure_logging(args.log_level, args.command)
+    for key in ignored:
+        log.warning("--config %s: '%s' is not a setting of exchange-broker; ignored", args.config, key)
     if args.command == "admin":
         from exchange_broker.management.cli import run as admin_run
         return admin_run(args)

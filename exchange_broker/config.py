@@ -137,6 +137,22 @@ class Config:
                                 group="listeners", default_text="exchange-broker@HOST:PORT")
     log_level: str = setting("INFO", "logging level (DEBUG, INFO, WARNING, ERROR)", group="logging",
                              commands=(SERVE, DB, CLUSTER))
+    # -- start-up files and the default user (RabbitMQ's rabbitmq.conf, load_definitions) ---------------
+    config: str | None = setting(
+        None, "read settings from this file: TOML (*.toml, keys as these flags: frame_max = 131072) or "
+              "RabbitMQ's rabbitmq.conf keys that map (listeners.tcp.default, default_user, heartbeat, "
+              "load_definitions, ...); flags and variables win over the file", group="start-up",
+        default_text="none")
+    load_definitions: str | None = setting(
+        None, "import this definitions file (JSON as the admin API exports; a directory: each *.json in "
+              "it) at boot, before clients are accepted (RabbitMQ's load_definitions)", group="start-up",
+        default_text="none")
+    default_user: str = setting("guest", "the user created at boot, an administrator with all permissions "
+                                         "on / (RabbitMQ's default_user)", group="start-up")
+    default_pass: str = setting("guest", "its password (RabbitMQ's default_pass)", group="start-up")
+    event_exchange: bool = setting(
+        False, "publish the broker's events (queue.created, connection.closed, ...) to the exchange "
+               "amq.rabbitmq.event of vhost / (RabbitMQ's rabbitmq_event_exchange plugin)", group="start-up")
     # -- cluster ----------------------------------------------------------------------------------------
     cluster: bool = setting(False, "join the cluster of the nodes on the same PostgreSQL --database-url "
                                    "(see --cluster-mode)", group="cluster")

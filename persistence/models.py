@@ -43,6 +43,8 @@ class VHost(Base):
     __tablename__ = "vhosts"
     name: Mapped[str] = mapped_column(String, primary_key=True)
     metadata_json: Mapped[str] = mapped_column(Text, nullable=False)
+    # x-queue-type of the queues declared without one (RabbitMQ's default_queue_type; NULL: classic)
+    default_queue_type: Mapped[str | None] = mapped_column(String, nullable=True)
 
 
 class User(Base):

@@ -42,7 +42,8 @@ class SqlDefinitions:
             }
             stats.update(log_stats(conn))  # stream queues: their logs' chunks
             vh = [
-                {"name": r.name, "metadata": json.loads(r.metadata_json)}
+                {"name": r.name, "metadata": json.loads(r.metadata_json),
+                 "default_queue_type": r.default_queue_type}
                 for r in conn.execute(select(vhosts).order_by(vhosts.c.name))
             ]
             us = [
@@ -84,10 +85,11 @@ class SqlDefinitions:
             ]
         return Definitions(vh, us, perms, exs, qs, bs)
 
-    def put_vhost(self, name: str, metadata: dict | None = None) -> None:
+    def put_vhost(self, name: str, metadata: dict | None = None, default_queue_type: str | None = None) -> None:
         with self._write() as conn:
             self._upsert(
-                conn, vhosts, ["name"], {"name": name, "metadata_json": json.dumps(metadata or {})}
+                conn, vhosts, ["name"], {"name": name, "metadata_json": json.dumps(metadata or {}),
+                                         "default_queue_type": default_queue_type}
             )
 
     def delete_vhost(self, name: str) -> None:

@@ -22,7 +22,7 @@ class StoredMessage:
 
 @dataclass
 class Definitions:
-    vhosts: list[dict]  # {"name", "metadata": dict}
+    vhosts: list[dict]  # {"name", "metadata": dict, "default_queue_type": str | None}
     users: list[dict]  # {"name", "password_hash", "hashing_algorithm", "tags": list[str]}
     permissions: list[dict]  # {"user", "vhost", "configure", "write", "read"}
     exchanges: list[dict]  # {"vhost","name","type","durable","auto_delete","internal","arguments"}
@@ -36,7 +36,7 @@ class Store(Protocol):
     def close(self) -> None: ...
     def load_definitions(self) -> Definitions: ...
 
-    def put_vhost(self, name: str, metadata: dict | None = None) -> None: ...
+    def put_vhost(self, name: str, metadata: dict | None = None, default_queue_type: str | None = None) -> None: ...
     def delete_vhost(self, name: str) -> None: ...
     def put_user(
         self, name: str, password_hash: str, hashing_algorithm: str, tags: list[str]

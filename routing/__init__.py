@@ -6,6 +6,7 @@ Destinations are opaque hashable tuples, ``("q", queue)`` or ``("e", exchange)``
 from __future__ import annotations
 
 from .base import BindingTable, args_key
+from .consistent_hash import X_CONSISTENT_HASH, ConsistentHashIndex, RoutingFields
 from .default import DefaultIndex
 from .direct import DirectIndex
 from .fanout import FanoutIndex
@@ -18,17 +19,20 @@ from .types import ExchangeType, InvalidExchangeArguments, UnknownExchangeType
 
 __all__ = [
     "BindingTable",
+    "ConsistentHashIndex",
     "DefaultIndex",
     "DirectIndex",
     "ExchangeType",
     "FanoutIndex",
     "HeadersIndex",
     "InvalidExchangeArguments",
+    "RoutingFields",
     "STANDARD",
     "SuperStreamIndex",
     "TYPES",
     "TopicIndex",
     "UnknownExchangeType",
+    "X_CONSISTENT_HASH",
     "X_SUPER_STREAM",
     "args_key",
     "exchange_type",

@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 from .base import BindingTable
+from .consistent_hash import ConsistentHashType
 from .delayed import DelayedMessageType
 from .direct import DirectType
 from .fanout import FanoutType
 from .headers import HeadersType
+from .local_random import LocalRandomType
+from .modulus_hash import ModulusHashType
 from .super_stream import SuperStreamType
 from .topic import TopicType
 from .types import ExchangeType, UnknownExchangeType
 
 TYPES: dict[str, ExchangeType] = {t.name: t for t in (
     DirectType(), FanoutType(), TopicType(), HeadersType(), DelayedMessageType(),
-    SuperStreamType())}
+    SuperStreamType(),
+    ConsistentHashType(), ModulusHashType(), LocalRandomType())}
 
 # the plain AMQP 0-9-1 types (what x-delayed-type may name, what the admin API lists first)
 STANDARD = ("direct", "fanout", "topic", "headers")

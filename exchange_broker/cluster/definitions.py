@@ -100,6 +100,8 @@ def _vhosts(broker, defs: Definitions, counts: dict) -> None:
     for name in set(broker.vhosts) - wanted:
         broker.delete_vhost(name)
         counts["removed"] += 1
+    for v in defs.vhosts:  # RabbitMQ's default_queue_type, set on any node
+        broker.vhosts[v["name"]].default_queue_type = v.get("default_queue_type")
 
 
 def _users(broker, defs: Definitions, counts: dict) -> None:

@@ -18,8 +18,10 @@ from exchange_broker.connection.confirms import ConfirmMethods
 from exchange_broker.connection.consumer import Consumer
 from exchange_broker.connection.definitions import DefinitionMethods
 from exchange_broker.connection.publishing import PublishMethods
+from exchange_broker.connection.timeouts import ConsumerTimeoutMethods
 from exchange_broker.connection.transactions import TransactionMethods
 from exchange_broker.core import permissions as perms
+from exchange_broker.core import tracing
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import generated
 from exchange_broker.core.queue_args import amqp_type
@@ -37,7 +39,7 @@ B, Q, E, C = commands.Basic, commands.Queue, commands.Exchange, commands.Channel
 OUTPUT_BUDGET = 512 * 1024  # delivery bytes a connection may queue before its flush
 
 
-class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMethods):
+class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMethods, ConsumerTimeoutMethods):
     def __init__(self, session, number: int) -> None:
         self.session = session
         self.number = number
@@ -50,6 +52,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         self.closed = False
         self._confirm_init()
         self._tx_init()
+        self._timeouts_init()
         self.stats_published = 0
         self.stats_delivered = 0
         self.stats_acked = 0
@@ -67,10 +70,16 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 raise m.error()
             raise AMQPError(COMMAND_INVALID, f"unimplemented method {m.name}", m.index >> 16,
                             m.index & 0xFFFF, hard=True)
+        events = self.session.broker.events
+        if events is not None:  # the event exchange names the user whose method this is
+            events.acting_user = self.session.user
         try:
             handler(self, m)
         except AMQPError as err:
             raise err.for_method(m.index >> 16, m.index & 0xFFFF)
+        finally:
+            if events is not None:
+                events.acting_user = None
 
     def _ignore(self, m) -> None:
         pass
@@ -99,6 +108,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                                              conn.frame_max))
         self.stats_delivered += 1
         sess.broker.stats["deliver"] += 1
+        if sess.vhost.tracing:  # the firehose: deliver.<queue>
+            tracing.tap_out(sess.broker, sess.vhost, msg, sess, self.number)
         q = msg.queue  # the queue's message_stats (admin API)
         if msg.redelivered:
             q.stats_redeliver += 1
@@ -127,6 +138,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         """After a get-ok: settle it, or await its ack (no consumer's prefetch counts it).
         Deliveries to consumers do the same inline in ``_deliver``."""
         msg.delivered_at = self.session.broker.clock.time()  # the consumer timeout covers basic.get too
+        if self.session.vhost.tracing:  # the firehose: deliver.<queue>
+            tracing.tap_out(self.session.broker, self.session.vhost, msg, self.session, self.number)
         q = msg.queue
         if no_ack:
             q.settle(msg)
@@ -155,6 +168,10 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
     # -- acknowledgements ----------------------------------------------------------------------------
     def ack(self, kind: int, delivery_tag: int, multiple: bool, requeue: bool) -> None:
         """basic.ack (kind 0), basic.nack (1), basic.reject (2)."""
+        if self.released:  # deliveries a consumer timeout took back (connection/timeouts.py)
+            delivery_tag = self._forget_released(delivery_tag, multiple)
+            if delivery_tag is None:
+                return
         if kind:  # the queue type may refuse a nack/reject (a stream: 540)
             for msg, _consumer in self._covered(delivery_tag, multiple):
                 if msg.queue is not None:
@@ -267,6 +284,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         if not m.nowait:
             self.reply(B.ConsumeOk(consumer.tag))
         q.add_consumer(consumer)
+        if sess.broker.events is not None:
+            sess.broker.events.consumer_created(self, consumer)
 
     def _new_consumer(self, queue, tag: str, no_ack: bool, exclusive: bool, arguments: dict) -> Consumer:
         if not tag:
@@ -297,6 +316,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         if c is not None:
             c.active = False
             c.queue.remove_consumer(c)
+            if self.session.broker.events is not None:
+                self.session.broker.events.consumer_deleted(self, c)
         return c
 
     def consumer_cancelled_by_broker(self, c: Consumer) -> None:
@@ -363,21 +384,6 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         self.unacked.clear()
         self._settle(entries, 1, True)
 
-    # -- consumer timeout ------------------------------------------------------------------------------
-    def timed_out(self, now: float, default_ms: int) -> AMQPError | None:
-        """The 406 to close this channel with, when a delivery waited too long for its ack."""
-        for n, (msg, _consumer) in enumerate(self.unacked.values()):
-            if n >= 64:
-                break
-            q = msg.queue
-            timeout = (q.options.consumer_timeout if q is not None else None) or default_ms
-            if timeout and msg.delivered_at is not None and now - msg.delivered_at > timeout / 1000.0:
-                return AMQPError(PRECONDITION_FAILED, f"delivery acknowledgement on channel "
-                                 f"{self.number} timed out. Timeout value used: {timeout} ms. This "
-                                 f"timeout value can be configured, see consumers doc guide to learn "
-                                 f"more", hard=False)
-        return None
-
     # -- teardown ------------------------------------------------------------------------------------
     def close(self) -> None:
         """Release everything: cancel consumers, return unacked messages to their queues in order."""
@@ -388,6 +394,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         # requeue first (no consumer of this channel can take them now), then cancel consumers:
         # a single-active-consumer queue hands over with the old unacked messages at the head
         self.requeue_all()
+        if self.session.broker.events is not None:
+            self.session.broker.events.channel_closed(self)
         for tag in list(self.consumers):
             self.cancel(tag)
         self.session.broker.reply_to.cancel(self)

@@ -80,7 +80,8 @@ class PublishMethods:
             sess.mark_dirty()
             return
         routed, waiter, rejected = sess.broker.publish(sess.vhost, ex, msg,
-                                                       bool(quick[2] & codec.FLAG_HEADERS), sess)
+                                                       bool(quick[2] & codec.FLAG_HEADERS), sess,
+                                                       channel=self.number)
         if not routed and mandatory:
             self._return_unroutable(ex.name, routing_key, properties, body)
         if seq:

@@ -268,6 +268,8 @@ class Session(Credentials, BackPressure):
                     if old.number == event.channel:  # reopened before its close-ok: queue behind
                         self.conn.seal(slot)
                 self.channels[event.channel] = Channel(self, event.channel)
+                if self.broker.events is not None:
+                    self.broker.events.channel_created(self, event.channel)
             elif t is ev.ChannelClosed:
                 ch = self.channels.pop(event.channel, None)
                 if ch is not None:
@@ -287,6 +289,8 @@ class Session(Credentials, BackPressure):
                 self.client_properties = event.client_properties
                 self.broker.sessions.add(self)
                 self._arm_expiry()
+                if self.broker.events is not None:
+                    self.broker.events.connection_created(self)
                 log.info("connection %s opened: user '%s', vhost '%s', mechanism %s", self.name,
                          logsafe(event.user), logsafe(event.vhost), self.auth_mechanism)
             elif t is ev.UpdateSecret:
@@ -350,6 +354,8 @@ class Session(Credentials, BackPressure):
         for q in list(self.throttled_by):
             q.flow_blocked.discard(self)
         self.throttled_by.clear()
+        if self.broker.events is not None and self in self.broker.sessions:
+            self.broker.events.connection_closed(self)
         self.broker.sessions.discard(self)
         if self._expiry is not None:
             self._expiry.cancel()

@@ -13,8 +13,10 @@ import logging
 import platform
 from typing import Callable
 
+import routing
+
 from exchange_broker import __version__
-from exchange_broker.core import limits
+from exchange_broker.core import limits, tracing
 from exchange_broker.core import permissions as perms
 from exchange_broker.core import users as users_mod
 from exchange_broker.core.auth import HASHING_SHA256, User, hash_password, is_loopback
@@ -85,6 +87,7 @@ class Broker:
         # once at its end (see dispatch_deferred); None: they dispatch at once
         self.dispatch_later: list | None = None
         self.stats = {"publish": 0, "deliver": 0, "ack": 0, "confirm": 0, "return_unroutable": 0}
+        self.events = None  # core/events.py EventExchange with serve --event-exchange
         self.add_vhost("/", store=False)
         if default_user:
             self.add_user(default_user, default_pass, ["administrator"], store=False)
@@ -108,7 +111,28 @@ class Broker:
             vh = self.vhosts[name] = VHost(self, name)
             if store:
                 self.durability.vhost_added(name)
+            if self.events is not None:
+                self.events.vhost_event(True, name)
         return vh
+
+    def set_default_queue_type(self, name: str, queue_type: str | None, store: bool = True) -> None:
+        """The vhost's default queue type (None: classic as without one); ValueError for a type the
+        broker does not have."""
+        if queue_type is not None and queue_type not in self.queue_types:
+            raise ValueError(f"unsupported queue type '{queue_type}' (one of "
+                             f"{', '.join(sorted(self.queue_types))})")
+        vh = self.vhosts[name]
+        if vh.default_queue_type != queue_type:
+            vh.default_queue_type = queue_type
+            if store:
+                self.durability.vhost_added(name, queue_type)
+
+    def set_tracing(self, name: str, on: bool) -> None:
+        """The firehose on or off in vhost ``name`` (RabbitMQ's trace_on / trace_off)."""
+        vh = self.vhosts[name]
+        if vh.tracing != on:
+            vh.tracing = on
+            log.info("%s tracing for vhost '%s'", "enabling" if on else "disabling", name)
 
     def add_user(self, name: str, password: str | None, tags: list[str] | None = None, *,
                  password_hash: str | None = None, hashing_algorithm: str | None = None,
@@ -116,6 +140,8 @@ class Broker:
         if password_hash is None:
             password_hash = hash_password(password) if password else ""
         user = User(name, password_hash, hashing_algorithm or HASHING_SHA256, list(tags or []))
+        if self.events is not None and name not in self.users:
+            self.events.user_event(True, name)
         self.users[name] = user
         if store:
             users_mod.stored_user(self, user)
@@ -135,6 +161,8 @@ class Broker:
         """Remove the user and its permissions; its connections are closed with 320."""
         if not users_mod.delete_user(self, name):
             return False
+        if self.events is not None:
+            self.events.user_event(False, name)
         perms.forget_topic_permissions(self, user=name)
         limits.forget_user(self, name)
         return True
@@ -146,6 +174,8 @@ class Broker:
         """Close its connections (320), drop its queues, exchanges and permissions."""
         if not users_mod.delete_vhost(self, name):
             return False
+        if self.events is not None:
+            self.events.vhost_event(False, name)
         perms.forget_topic_permissions(self, vhost=name)
         limits.forget_vhost(self, name)
         return True
@@ -252,9 +282,10 @@ class Broker:
 
     # -- publish path --------------------------------------------------------------------------
     def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
-                publisher: Connection | None = None) -> tuple[bool, Waiter | None, bool]:
+                publisher: Connection | None = None, channel: int = 0) -> tuple[bool, Waiter | None, bool]:
         """Route and enqueue a message (made by ``message.from_wire``; its per-message TTL is
-        ``msg.ttl``). Returns (routed, durability waiter or None, rejected)."""
+        ``msg.ttl``). Returns (routed, durability waiter or None, rejected). ``channel``: the
+        publisher's channel number (the firehose's ``channel`` header)."""
         self.stats["publish"] += 1
         ex.stats_in += 1  # the exchange's publish_in (admin API message_stats)
         if ex.holds_messages:  # x-delayed-message
@@ -264,9 +295,13 @@ class Broker:
         raw = msg.properties
         cc = has_headers and (b"\x02CC" in raw or b"\x03BCC" in raw)
         headers = msg.headers if has_headers and (vhost.headers_exchanges or cc) else None
+        if vhost.property_exchanges:  # x-consistent-hash on a property: match sees the properties
+            headers = routing.RoutingFields(msg.headers if has_headers else None, msg.props)
         queues = vhost.route(ex, msg.routing_key, headers)
         if cc:
             queues = self._route_cc(vhost, ex, msg, headers, queues)
+        if vhost.tracing:
+            tracing.tap_in(self, vhost, msg, queues, publisher, channel)
         if not queues:
             self.stats["return_unroutable"] += 1
             return False, None, False

@@ -147,7 +147,10 @@ def effective_arguments(declared: dict, queue_type: str, merged: dict) -> dict:
         elif rule == POL:
             out[arg] = value
         elif rule == MIN and _is_number(have) and _is_number(value):
-            out[arg] = min(have, value)
+            # delivery-limit (RabbitMQ 4 resolve_delivery_limit/2): a negative value is "no
+            # limit", so with one negative the higher wins
+            negative = key == "delivery-limit" and (have < 0 or value < 0)
+            out[arg] = max(have, value) if negative else min(have, value)
     if out.get("x-dead-letter-exchange") is None and "x-dead-letter-routing-key" not in declared:
         out.pop("x-dead-letter-routing-key", None)  # a policy's routing key without any DLX: inert
     return out

@@ -171,7 +171,7 @@ KEY_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "queue-mode": _enum_key(("default", "lazy"), "is not a valid queue-mode value"),
     "queue-version": _enum_key((1, 2), "is not a valid queue-version value"),
     "overflow": _enum_key(("drop-head", "reject-publish", "reject-publish-dlx"), "is not a valid overflow value"),
-    "delivery-limit": _int_key(0, None, "is not a valid delivery limit"),
+    "delivery-limit": _int_key(-2 ** 63, None, "is not a valid delivery limit"),  # 4.x: -1 lifts it
     "max-age": _max_age,
     "stream-max-segment-size-bytes": _int_key(0, MAX_STREAM_SEGMENT, "is not a valid segment size"),
     "stream-filter-size-bytes": _int_key(16, 255, "is not a valid filter size. Valid range is 16-255"),

@@ -18,7 +18,8 @@ from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.core.queue import QueueType
 
 BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
-                     ("amq.headers", "headers"), ("amq.match", "headers"))
+                     ("amq.headers", "headers"), ("amq.match", "headers"),
+                     ("amq.rabbitmq.trace", "topic"))  # the firehose (core/tracing.py): internal
 
 # Queue arguments whose values must match on redeclaration (RabbitMQ's equivalence list).
 QUEUE_EQUIVALENT_ARGS = ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-expires",
@@ -79,6 +80,15 @@ def _same_arg(got, have) -> bool:
     return got == have and _type_class(got) == _type_class(have)
 
 
+def with_default_type(default: str, durable: bool, exclusive: bool, auto_delete: bool) -> str:
+    """The x-queue-type a declaration without one gets in a vhost whose default queue type is
+    ``default`` (RabbitMQ's augment_declare_args): a queue the type cannot be (quorum and stream
+    queues are durable, not exclusive, not auto-delete) falls back to classic."""
+    if default != "classic" and (not durable or exclusive or auto_delete):
+        return "classic"
+    return default
+
+
 class VHost:
     def __init__(self, broker, name: str) -> None:
         self.broker = broker
@@ -86,17 +96,25 @@ class VHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueType] = {}
         self.headers_exchanges = 0
+        self.property_exchanges = 0  # routing reads message properties (x-consistent-hash hash-property)
         self.policies = VHostPolicies(self)  # policies and operator policies (core/policies.py)
+        self.default_queue_type: str | None = None  # RabbitMQ's default_queue_type (None: classic)
         default = Exchange(name, "", "direct", durable=True,
                            index=routing.DefaultIndex(self.queues.__contains__))
         self.exchanges[""] = default
         for xname, xtype in BUILTIN_EXCHANGES:
-            self._add_exchange(Exchange(name, xname, xtype, durable=True))
+            self._add_exchange(Exchange(name, xname, xtype, durable=True,
+                                        internal=xname == "amq.rabbitmq.trace"))
+        self.tracing = False  # the firehose is on (core/tracing.py)
 
     def _add_exchange(self, ex: Exchange) -> None:
         self.exchanges[ex.name] = ex
         if ex.index.wants_headers:  # headers (also as x-delayed-type), a super stream's x-partition
             self.headers_exchanges += 1
+        if getattr(ex.index, "wants_properties", False):
+            self.property_exchanges += 1
+        if hasattr(ex.index, "attach"):  # x-local-random: sees the queues' types and locality
+            ex.index.attach(self.queues)
 
     def describe(self, kind: str, name: str) -> str:
         return describe(kind, name, self.name)
@@ -165,6 +183,8 @@ class VHost:
         if durable or self.broker.definitions_shared:
             self.broker.durability.exchange_declared(ex)
         kind.created(self, ex)  # what the type owns (a super stream's partitions)
+        if self.broker.events is not None:
+            self.broker.events.exchange_created(ex)
         return ex
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
@@ -188,6 +208,8 @@ class VHost:
         del self.exchanges[ex.name]
         if ex.index.wants_headers:
             self.headers_exchanges -= 1
+        if getattr(ex.index, "wants_properties", False):
+            self.property_exchanges -= 1
         dest = ("e", ex.name)
         for other in list(self.exchanges.values()):
             if other.index.has_destination(dest):
@@ -196,6 +218,8 @@ class VHost:
         if ex.durable or self.broker.definitions_shared:
             self.broker.durability.exchange_deleted(ex)
         self.broker.on_exchange_deleted(ex)
+        if self.broker.events is not None:
+            self.broker.events.exchange_deleted(ex)
 
     def _maybe_auto_delete(self, ex: Exchange) -> None:
         if ex.auto_delete and not len(ex.index) and ex.name in self.exchanges:
@@ -230,6 +254,8 @@ class VHost:
                             method_id, hard=False) from None
         if added and self._durable_binding(ex, dest_type, dest):
             self.broker.durability.binding_added(self.name, source, dest_type, dest, routing_key, arguments)
+        if added and self.broker.events is not None:
+            self.broker.events.binding(True, self.name, source, dest_type, dest, routing_key, arguments, owner)
 
     def unbind(self, source: str, dest_type: str, dest: str, routing_key: str, arguments: dict | None,
                class_id: int, method_id: int, owner: object = None) -> None:
@@ -252,6 +278,9 @@ class VHost:
         except ValueError:
             removed = False
         if removed:
+            if self.broker.events is not None:
+                self.broker.events.binding(False, self.name, source, dest_type, dest, routing_key, arguments,
+                                           owner)
             if self._durable_binding(ex, dest_type, dest):
                 self.broker.durability.binding_removed(self.name, source, dest_type, dest, routing_key,
                                                        arguments)
@@ -305,6 +334,9 @@ class VHost:
         if server_named:
             name = server_name or generated("amq.gen-")  # server_name: checked for permission
         check_name("queue", name, cid, mid)
+        if self.default_queue_type is not None and _norm(arguments.get("x-queue-type")) in (None, ""):
+            arguments = {**arguments, "x-queue-type": with_default_type(
+                self.default_queue_type, durable, exclusive, auto_delete)}
         existing = self.queues.get(name)
         if name.startswith("amq.") and not server_named:  # RabbitMQ: even when it exists
             raise AMQPError(ACCESS_REFUSED, f"queue name '{name}' contains reserved "
@@ -338,6 +370,8 @@ class VHost:
         self.policies.apply_queue(q)
         if durable or self.broker.definitions_shared:
             self.broker.durability.queue_declared(q)
+        if self.broker.events is not None:
+            self.broker.events.queue_created(q, owner)
         return q
 
     def delete_queue(self, name: str, if_unused: bool = False, if_empty: bool = False,
@@ -369,6 +403,8 @@ class VHost:
         self.broker.on_queue_deleted(q)
         if q.durable or self.broker.definitions_shared:
             self.broker.durability.queue_deleted(q)
+        if self.broker.events is not None:
+            self.broker.events.queue_deleted(q)
         q.on_deleted()
         return count
 

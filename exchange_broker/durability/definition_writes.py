@@ -41,8 +41,9 @@ def _reserve_ids(store, n: int) -> list[int]:
 class DefinitionWrites:
     """The definition hooks of SqlDurability."""
 
-    def vhost_added(self, name: str) -> None:
-        self.write(lambda s: s.put_vhost(name))
+    def vhost_added(self, name: str, default_queue_type: str | None = None) -> None:
+        """A new vhost, or its default queue type changed (stored again)."""
+        self.write(lambda s: s.put_vhost(name, default_queue_type=default_queue_type))
 
     def vhost_deleted(self, name: str) -> None:
         self.write(lambda s: s.delete_vhost(name))

@@ -36,7 +36,7 @@ def restore(broker: Broker, durability: SqlDurability, window: int, place=None) 
         restore_access(broker, durability, defs)  # users and permissions
     counts = {"vhosts": 0, "exchanges": 0, "queues": 0, "bindings": 0, "messages": 0}
     for v in defs.vhosts:
-        broker.add_vhost(v["name"], store=False)
+        broker.add_vhost(v["name"], store=False).default_queue_type = v.get("default_queue_type")
         counts["vhosts"] += 1
     for x in defs.exchanges:
         vh = broker.add_vhost(x["vhost"], store=False)

@@ -13,6 +13,8 @@ RabbitMQ alike. Examples::
     exchange-broker admin list policies && exchange-broker admin delete policy ttl
     exchange-broker admin super-stream show orders   # also: declare, list, grow, groups
     exchange-broker admin shovel list                # also: declare, delete, restart
+    exchange-broker admin vhost declare orders --default-queue-type quorum
+    exchange-broker admin trace on --vhost orders    # the firehose (amq.rabbitmq.trace)
 
 Connection options (also after the command): --url (env EXCHANGE_BROKER_ADMIN_URL, default
 http://127.0.0.1:15672), --user/--password (env EXCHANGE_BROKER_ADMIN_USER/_PASSWORD, default
@@ -32,7 +34,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from exchange_broker.management import cli_shovels, cli_super_streams
+from exchange_broker.management import cli_shovels, cli_super_streams, cli_vhosts
 
 LIST_COLUMNS = {
     "queues": ("vhost", "name", "durable", "auto_delete", "exclusive", "messages", "messages_ready",
@@ -43,7 +45,7 @@ LIST_COLUMNS = {
     "channels": ("name", "user", "vhost", "consumer_count", "messages_unacknowledged", "prefetch_count"),
     "consumers": ("queue.vhost", "queue.name", "consumer_tag", "ack_required", "prefetch_count",
                   "channel_details.name"),
-    "vhosts": ("name", "messages", "messages_ready", "messages_unacknowledged"),
+    "vhosts": ("name", "default_queue_type", "messages", "messages_ready", "messages_unacknowledged"),
     "users": ("name", "tags"),
     "policies": ("vhost", "name", "pattern", "apply-to", "definition", "priority"),
     "operator-policies": ("vhost", "name", "pattern", "apply-to", "definition", "priority"),
@@ -278,6 +280,7 @@ def _build(admin: argparse.ArgumentParser) -> None:
 
     cli_super_streams.add_commands(cmds, common)
     cli_shovels.add_commands(cmds, common)
+    cli_vhosts.add_commands(cmds, common)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,6 +315,8 @@ def _dispatch(args, c: AdminClient) -> int:
         return cli_super_streams.run(args, c, emit)
     elif cmd == "shovel":
         return cli_shovels.run(args, c, emit)
+    elif cmd in ("vhost", "trace"):
+        return cli_vhosts.run(args, c)
     elif cmd == "list":
         what = args.what
         path = what

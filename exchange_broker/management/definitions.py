@@ -24,6 +24,7 @@ from exchange_broker.management import policies as policies_api
 from exchange_broker.management import topic_permissions as topics_api
 from exchange_broker.management.fields import arguments_from, bool_from, tags_from, to_json
 from exchange_broker.management.users import user_info
+from exchange_broker.management.vhosts import default_queue_type_of
 from exchange_broker.management.web import Ctx, Who, json_body, no_content, u
 from exchange_broker.protocol.errors import AMQPError
 
@@ -70,14 +71,21 @@ def export_definitions(ctx: AdminContext, vhost: str | None = None, who: Princip
         **head,
         "users": [{**user_info(user), "limits": limits_api.user_limits_of(broker, user.name)}
                   for user in broker.users.values()],
-        "vhosts": [{"name": vh.name, "limits": [], "metadata": {"description": "", "tags": []}}
-                   for vh in vhosts],
+        "vhosts": [vhost_definition(vh) for vh in vhosts],
         "permissions": [{"user": user, "vhost": v, "configure": c, "write": w, "read": r}
                         for (user, v), (c, w, r) in broker.permissions.items()],
         "topic_permissions": topics_api.list_topic_permissions(ctx),
         "parameters": parameters, "global_parameters": [], "policies": policies,
         "queues": queues, "exchanges": exchanges, "bindings": bindings,
     }
+
+
+def vhost_definition(vh) -> dict:
+    """A vhost as RabbitMQ exports it (its default queue type at the top and in ``metadata``)."""
+    out = {"name": vh.name, "limits": [], "metadata": {"description": "", "tags": []}}
+    if vh.default_queue_type:
+        out["default_queue_type"] = out["metadata"]["default_queue_type"] = vh.default_queue_type
+    return out
 
 
 # ---- import ------------------------------------------------------------------------------------
@@ -108,11 +116,16 @@ def import_definitions(ctx: AdminContext, doc: Any, vhost: str | None = None,
         if p["user"] not in known_users:
             raise bad_request(["no_such_user", p["user"]])
     _check_limits_and_topics(plan, known_vhosts, known_users)
+    for v in plan.vhosts:
+        if v["default_queue_type"] is not None and v["default_queue_type"] not in broker.queue_types:
+            raise bad_request(f"vhost '{v['name']}': unsupported default_queue_type '{v['default_queue_type']}'")
     for user in plan.users:
         broker.add_user(user["name"], user.get("password"), user["tags"],
                         password_hash=user.get("password_hash"), hashing_algorithm=user.get("hashing_algorithm"))
     for v in plan.vhosts:
         broker.add_vhost(v["name"])
+        if v["default_queue_type"] is not None:
+            broker.set_default_queue_type(v["name"], v["default_queue_type"])
     for p in plan.permissions:
         broker.set_permissions(p["user"], p["vhost"], p["configure"], p["write"], p["read"])
     _apply_limits_and_topics(broker, plan)
@@ -234,7 +247,7 @@ class DefinitionsPlan:
         return out
 
     def _vhost(self, x: dict) -> dict:
-        return {"name": self._name(x, "a vhost")}
+        return {"name": self._name(x, "a vhost"), "default_queue_type": default_queue_type_of(x)}
 
     def _permission(self, x: dict) -> dict:
         out = {"user": self._name(x, "a permission", "user"), "vhost": self._item_vhost(x, "a permission")}

@@ -19,15 +19,19 @@ router = APIRouter(tags=["vhosts"])
 class VhostBody(BaseModel):
     description: str = ""
     tags: str | list[str] = ""
+    default_queue_type: str | None = None
+    tracing: bool | None = None
 
 
 # ---- service -----------------------------------------------------------------------------------
 def vhost_info(vh, unacked: dict) -> dict:
     ready = sum(q.message_count for q in vh.queues.values())
     unack = sum(unacked.get(id(q), (0, 0))[0] for q in vh.queues.values())
+    dqt = vh.default_queue_type
+    metadata = {"description": "", "tags": [], **({"default_queue_type": dqt} if dqt else {})}
     return {"name": vh.name, "description": "Default virtual host" if vh.name == "/" else "",
-            "tags": [], "metadata": {"description": "", "tags": []}, "tracing": False,
-            "default_queue_type": "classic", "cluster_state": {NODE: "running"},
+            "tags": [], "metadata": metadata, "tracing": vh.tracing,
+            "default_queue_type": dqt or "classic", "cluster_state": {NODE: "running"},
             "messages": ready + unack, "messages_ready": ready, "messages_unacknowledged": unack}
 
 
@@ -41,12 +45,37 @@ def get_vhost(ctx: AdminContext, name: str, who: Principal | None = None) -> dic
     return vhost_info(vh, unacked_by_queue(ctx.broker))
 
 
-def add_vhost(ctx: AdminContext, name: str, who: Principal | None = None) -> bool:
+def default_queue_type_of(body: dict) -> str | None:
+    """``default_queue_type`` of a vhost's JSON (top level or in ``metadata``, as RabbitMQ takes
+    it); None when absent; 400 when not a string."""
+    value = body.get("default_queue_type")
+    if value is None and isinstance(body.get("metadata"), dict):
+        value = body["metadata"].get("default_queue_type")
+    if value is None or value in ("", "undefined"):
+        return None
+    if not isinstance(value, str):
+        raise bad_request("default_queue_type must be a string")
+    return value
+
+
+def add_vhost(ctx: AdminContext, name: str, who: Principal | None = None, body: dict | None = None) -> bool:
+    """Create the vhost (or update it): ``default_queue_type`` and ``tracing`` from ``body`` when
+    given."""
     check_admin(who)
     if not name or len(name.encode("utf-8")) > 255:
         raise bad_request("invalid vhost name")
+    dqt = default_queue_type_of(body or {})
+    tracing = (body or {}).get("tracing")
+    if tracing is not None and not isinstance(tracing, bool):
+        raise bad_request("tracing must be true or false")
+    if dqt is not None and dqt not in ctx.broker.queue_types:
+        raise bad_request(f"unsupported queue type '{dqt}' (one of {', '.join(sorted(ctx.broker.queue_types))})")
     was_created = name not in ctx.broker.vhosts
     ctx.broker.add_vhost(name)
+    if dqt is not None:
+        ctx.broker.set_default_queue_type(name, dqt)
+    if tracing is not None:  # the firehose (core/tracing.py), as rabbitmqctl trace_on/trace_off
+        ctx.broker.set_tracing(name, tracing)
     return was_created
 
 
@@ -71,8 +100,8 @@ async def vhost_get(vhost: str, who: Principal = Who, ctx: AdminContext = Ctx):
 
 @router.put("/api/vhosts/{vhost}", openapi_extra=body_doc(VhostBody))
 async def vhost_put(vhost: str, request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
-    await json_object(request)
-    return created(add_vhost(ctx, u(vhost), who))
+    body = await json_object(request)
+    return created(add_vhost(ctx, u(vhost), who, body))
 
 
 @router.delete("/api/vhosts/{vhost}", status_code=204)

@@ -219,6 +219,7 @@ def encode_properties(props: dict) -> bytes:
 
 _FLAG_CT, _FLAG_CE, _FLAG_HEADERS, _FLAG_DM, _FLAG_PRIO = 1 << 15, 1 << 14, 1 << 13, 1 << 12, 1 << 11
 FLAG_HEADERS = _FLAG_HEADERS
+FLAG_PRIORITY = _FLAG_PRIO
 FLAG_EXPIRATION = 1 << 8
 FLAG_REPLY_TO = 1 << 9
 FLAG_USER_ID = 1 << 4

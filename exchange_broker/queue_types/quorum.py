@@ -1,11 +1,12 @@
-"""Quorum queues (``x-queue-type: quorum``), as RabbitMQ 3.13 presents them to a client.
+"""Quorum queues (``x-queue-type: quorum``), as RabbitMQ 4 presents them to a client.
 
 On one node a quorum queue is a classic queue with the quorum type's rules (its Raft replication
 is the cluster's business): always durable, never exclusive, auto-delete or server-named (406 as
 RabbitMQ); every message is stored, persistent or not; only the arguments the quorum type knows
 (others RabbitMQ knows are 406 ``... of queue type rabbit_quorum_queue``); and
 
-* ``x-delivery-limit``: each return to the queue (nack or reject with requeue, a channel closed or
+* ``x-delivery-limit`` (RabbitMQ 4: 20 unless the argument or a ``delivery-limit`` policy says
+  otherwise; a negative value, e.g. -1, lifts the limit): each return to the queue (nack or reject with requeue, a channel closed or
   a consumer cancelled with the message unacknowledged) counts; a redelivered message carries the
   ``x-delivery-count`` header; past the limit it is dead-lettered with reason ``delivery_limit``
   (or dropped when there is no dead-letter exchange). The count is kept in memory: a broker
@@ -30,6 +31,7 @@ from exchange_broker.protocol import codec
 from exchange_broker.protocol.constants import NOT_IMPLEMENTED, PRECONDITION_FAILED
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.queue_types.classic import ClassicQueue
+from exchange_broker.queue_types.ready import PriorityReady
 from exchange_broker.queue_types.stream_args import KNOWN_QUEUE_ARGS, _norm
 
 log = logging.getLogger("exchange_broker.quorum")
@@ -42,6 +44,15 @@ QUORUM_ARGS = frozenset((
     "x-delivery-limit", "x-message-ttl", "x-queue-leader-locator"))
 DLX_STRATEGIES = ("at-most-once", "at-least-once")
 COUNT_HEADER = "x-delivery-count"
+DEFAULT_DELIVERY_LIMIT = 20  # RabbitMQ 4.0's ?DEFAULT_DELIVERY_LIMIT
+MAX_PRIORITY = 31            # rabbit_fifo's ?MAX_PRIORITY (RabbitMQ 4.3: 32 levels, rabbit_fifo_pq)
+DEFAULT_PRIORITY = 4         # rabbit_fifo's ?DEFAULT_PRIORITY: a message without a priority
+
+
+def message_priority(properties: bytes) -> int:
+    """rabbit_fifo:msg_priority/1: the priority property clamped to 0-31; none: 4."""
+    _dm, prio, flags = codec.quick_properties(properties)
+    return min(prio, MAX_PRIORITY) if flags & codec.FLAG_PRIORITY else DEFAULT_PRIORITY
 
 
 def _bad(desc: str, arg: str, why: str | None = None) -> AMQPError:
@@ -51,13 +62,17 @@ def _bad(desc: str, arg: str, why: str | None = None) -> AMQPError:
 
 
 def quorum_settings(arguments: dict, desc: str) -> tuple[int | None, str]:
-    """(delivery limit or None, dead-letter strategy), with RabbitMQ's 406s."""
+    """(delivery limit or None for none, dead-letter strategy), with RabbitMQ's 406s. As RabbitMQ
+    4: without ``x-delivery-limit`` (or a ``delivery-limit`` policy) the limit is 20; a negative
+    value lifts it."""
     limit = arguments.get("x-delivery-limit")
-    if limit is not None:
+    if limit is None:
+        limit = DEFAULT_DELIVERY_LIMIT
+    else:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise _bad(desc, "x-delivery-limit", f'"expected integer, got {amqp_type(limit)}"')
         if limit < 0:
-            raise _bad(desc, "x-delivery-limit", f"{{value_negative,{limit}}}")
+            limit = None
     strategy = _norm(arguments.get("x-dead-letter-strategy", "at-most-once"))
     if strategy not in DLX_STRATEGIES:
         raise _bad(desc, "x-dead-letter-strategy", "invalid_dlx_strategy")
@@ -80,6 +95,7 @@ class QuorumQueue(ClassicQueue):
     rabbit_type = "rabbit_quorum_queue"
     queue_type = "quorum"
     stores_all = True  # transient publishes are stored too (classic.enqueue)
+    cancels_on_timeout = True  # RabbitMQ 4.3: a consumer timeout cancels the consumer (connection/timeouts.py)
 
     def __init__(self, broker, vhost: str, name: str, arguments: dict, options,
                  delivery_limit: int | None, strategy: str) -> None:
@@ -87,6 +103,12 @@ class QuorumQueue(ClassicQueue):
         self.delivery_limit = delivery_limit
         self.dead_letter_strategy = strategy
         self.returns: dict[int, int] = {}  # seq -> times returned to the queue (only those > 0)
+        # RabbitMQ 4.3: every quorum queue has 32 priorities, highest first, FIFO within one
+        self.ready = PriorityReady(MAX_PRIORITY)
+
+    def enqueue(self, m: Message, publisher, per_message_ttl: int | None):
+        m.priority = message_priority(m.properties)
+        return super().enqueue(m, publisher, per_message_ttl)
 
     @classmethod
     def declare(cls, broker, vhost, name: str, durable: bool, owner, auto_delete: bool,

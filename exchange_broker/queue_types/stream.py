@@ -64,6 +64,7 @@ from exchange_broker.queue_types.stream_args import (CONSUMER_NAME_ARG, _norm,
                                                      check_stream_arguments, parse_interval_ms,
                                                      parse_offset_spec)
 from exchange_broker.queue_types.stream_delivery import _OffsetDelivery, _delivery, _find_seq_at_time
+from exchange_broker.queue_types import stream_filter
 from exchange_broker.queue_types.stream_retention import Retention
 from exchange_broker.queue_types.stream_store import StoredLog
 
@@ -75,7 +76,7 @@ UNCOMMITTED_HIGH = 100_000            # appends awaiting commit before publisher
 class Reader:
     """One consumer's position in the stream."""
 
-    __slots__ = ("consumer", "cursor", "name", "min_ts", "ready", "inflight")
+    __slots__ = ("consumer", "cursor", "name", "min_ts", "ready", "inflight", "filter")
 
     def __init__(self, consumer: Consumer, name: str | None) -> None:
         self.consumer = consumer
@@ -84,6 +85,7 @@ class Reader:
         self.min_ts = 0                   # timestamp seek: skip messages older than this
         self.ready = False                # start offset resolved
         self.inflight: deque[tuple[int, int]] = deque()  # (delivery tag, offset), unreconciled
+        self.filter = stream_filter.filter_spec(consumer.arguments)  # x-stream-filter (None: all)
 
 
 class StreamQueue(StoredLog, Retention, QueueType):
@@ -125,6 +127,7 @@ class StreamQueue(StoredLog, Retention, QueueType):
         """Durable, not exclusive, not auto-delete, and only the arguments a stream knows (406)."""
         desc = describe("queue", name, vhost.name)
         check_stream_arguments(desc, arguments)
+        stream_filter.check_filter_size(desc, arguments)
         for bad, prop in ((not durable, "non-durable"), (owner is not None, "exclusive-owner"),
                           (auto_delete, "auto-delete")):
             if bad:
@@ -438,6 +441,9 @@ class StreamQueue(StoredLog, Retention, QueueType):
                     cur += 1
                     continue
                 min_ts = r.min_ts = 0
+            if r.filter is not None and not stream_filter.wanted(r.filter, msg.properties):
+                cur += 1
+                continue
             sent += 1
             push((deliver(msg), cur))
             cur += 1

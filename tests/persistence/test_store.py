@@ -36,7 +36,7 @@ def new_queue(store: SqlStore, name: str = "q", vhost: str = "/") -> int:
 
 def test_definitions_round_trip(store: SqlStore):
     store.put_vhost("/", {"description": "default", "tags": ["a"]})
-    store.put_vhost("other")
+    store.put_vhost("other", default_queue_type="quorum")
     store.put_user("guest", "hash==", "rabbit_password_hashing_sha256", ["administrator"])
     store.put_permission("guest", "/", ".*", ".*", ".*")
     store.put_exchange("/", "ex", "topic", True, False, False, b"\x00\x01args")
@@ -47,8 +47,8 @@ def test_definitions_round_trip(store: SqlStore):
 
     d = store.load_definitions()
     assert d.vhosts == [
-        {"name": "/", "metadata": {"description": "default", "tags": ["a"]}},
-        {"name": "other", "metadata": {}},
+        {"name": "/", "metadata": {"description": "default", "tags": ["a"]}, "default_queue_type": None},
+        {"name": "other", "metadata": {}, "default_queue_type": "quorum"},
     ]
     assert d.users == [
         {
@@ -96,7 +96,7 @@ def test_upserts_and_stable_queue_id(store: SqlStore):
     assert q1 != q2
 
     d = store.load_definitions()
-    assert d.vhosts == [{"name": "/", "metadata": {"v": 2}}]
+    assert d.vhosts == [{"name": "/", "metadata": {"v": 2}, "default_queue_type": None}]
     assert d.users[0]["password_hash"] == "h2" and d.users[0]["tags"] == ["management"]
     assert d.permissions[0]["configure"] == "x"
     assert d.exchanges[0]["type"] == "topic" and d.exchanges[0]["arguments"] == b"z"

@@ -109,7 +109,7 @@ def test_make_index():
     assert isinstance(make_index("headers"), HeadersIndex)
     assert make_index("direct") is not make_index("direct")
     with pytest.raises(ValueError):
-        make_index("x-consistent-hash")
+        make_index("x-no-such-type")
 
 
 def test_default_index():
