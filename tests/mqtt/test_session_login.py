@@ -108,6 +108,15 @@ def test_the_backends_authz_decides_publishing_and_expiry_closes_with_0xa0():
     assert other.session.closed
 
 
+def test_mqtt5_token_without_a_user_name_is_tried_as_a_token_not_as_anonymous():
+    hub, pending = remote_hub()
+    c = Peer(hub, p.V5)
+    c.send(p.Connect(p.V5, "nameless", True, 0, None, b"token"))
+    answer(pending)
+    c.clock.advance(0)
+    assert c.received[0].code == p.SUCCESS and c.session.user == "svc"
+
+
 def test_a_connection_closed_while_its_login_waits_ignores_the_answer():
     hub, pending = remote_hub()
     c = Peer(hub)
