@@ -10,7 +10,7 @@ import logging
 
 from pamqp import commands
 
-from exchange_broker.core.auth_backends import LoginRefused
+from exchange_broker.core.auth_backends import LoginRefused, expiry_timer
 from exchange_broker.core.names import logsafe
 from exchange_broker.protocol import events as ev
 from exchange_broker.protocol.constants import ACCESS_REFUSED, CONNECTION_FORCED, NOT_ALLOWED
@@ -52,10 +52,7 @@ class Credentials:
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
-        expires = self.auth_user.expires_at if self.auth_user is not None else None
-        if expires is not None:
-            self._expiry = self.broker.clock.call_later(max(0.0, expires - self.broker.clock.wall()),
-                                                        self._credential_expired)
+        self._expiry = expiry_timer(self.broker.clock, self.auth_user, self._credential_expired)
 
     def _credential_expired(self) -> None:
         self._expiry = None

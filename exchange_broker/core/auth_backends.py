@@ -51,6 +51,15 @@ class AuthenticatedUser:
     credential: Any = None           # what the backend keeps to re-check the user (a decoded token)
 
 
+def expiry_timer(clock, user: AuthenticatedUser | None, fn: Callable[[], None]):
+    """A timer calling ``fn`` when ``user``'s credential expires (None: it never does); both
+    AMQP and MQTT connections close then, as RabbitMQ's readers do."""
+    expires = user.expires_at if user is not None else None
+    if expires is None:
+        return None
+    return clock.call_later(max(0.0, expires - clock.wall()), fn)
+
+
 class LoginRefused(Exception):
     """A login refused; ``reasons`` are (backend, why) pairs, for the log (never for the client)."""
 

@@ -18,15 +18,14 @@ from collections import deque
 from typing import Callable
 
 from exchange_broker.core import permissions as perms
-from exchange_broker.core.auth import is_loopback
 from exchange_broker.core.backpressure import BackPressure
 from exchange_broker.core.names import logsafe
 from exchange_broker.mqtt import codec, messages, topics
 from exchange_broker.mqtt import packets as p
 from exchange_broker.mqtt import subscriptions as subs
+from exchange_broker.mqtt.login import MQTTLogin
 from exchange_broker.mqtt.publish import PublishMethods, Refused
 from exchange_broker.mqtt.subscribe import subscribe, unsubscribe
-from exchange_broker.mqtt.wire import MalformedPacket
 from exchange_broker.protocol.errors import AMQPError
 
 log = logging.getLogger("exchange_broker.mqtt")
@@ -35,7 +34,7 @@ OUTPUT_BUDGET = 512 * 1024  # delivery bytes queued before the next flush
 UNAUTHENTICATED_MAX = 65_536  # largest packet before CONNECT succeeded
 
 
-class MQTTSession(PublishMethods, BackPressure):
+class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
     def __init__(self, hub, write: Callable[[bytes], None], close: Callable[[], None],
                  peer: tuple = ("", 0), set_reading: Callable[[bool], None] = lambda on: None) -> None:
         self.hub = hub
@@ -48,7 +47,7 @@ class MQTTSession(PublishMethods, BackPressure):
         # before a login succeeds, RabbitMQ's mqtt.max_packet_size_unauthenticated (64 KiB) holds
         self.parser = codec.Parser(min(UNAUTHENTICATED_MAX, hub.settings.max_packet_size))
         self.version = p.V311
-        self.state = "connect"        # connect -> open -> closed
+        self.state = "connect"        # connect -> (login) -> open -> closed
         self.closed = False
         self.client_id = ""
         self.user: str | None = None
@@ -86,6 +85,7 @@ class MQTTSession(PublishMethods, BackPressure):
         self.connected_at: int | None = None
         self.listener: tuple[str, int] = ("", 0)  # the listener's address (set by the server)
         self.tls = False
+        self._init_login()
 
     # -- output ------------------------------------------------------------------------------------
     def send(self, pkt) -> None:
@@ -115,18 +115,10 @@ class MQTTSession(PublishMethods, BackPressure):
         if self.closed:
             return
         self.last_read = self.broker.clock.time()
-        try:
-            for pkt in self.parser.feed(data):
-                self._handle(pkt)
-                if self.closed:
-                    return
-        except MalformedPacket as exc:
-            self._refuse(str(exc), exc.code)
-        except Refused as exc:
-            self._refuse(str(exc), exc.code)
-        except Exception:  # a bug must never take the server down: close this connection only
-            log.exception("internal error on MQTT connection %s", self.name)
-            self._refuse("internal error", p.IMPLEMENTATION_SPECIFIC)
+        if self.state == "login":  # held until the login is decided (login.py); reading is paused
+            self._held_bytes.append(data)
+            return
+        self._guarded(lambda: self._handle_all(self.parser.feed(data)))
 
     def _handle(self, pkt) -> None:
         t = type(pkt)
@@ -183,18 +175,23 @@ class MQTTSession(PublishMethods, BackPressure):
         name = c.username
         password = c.password.decode("utf-8", "replace") if c.password is not None else None
         vhost = settings.vhost
-        if name is None and settings.allow_anonymous:
+        if name is None and password is None and settings.allow_anonymous:
             name, password = settings.default_user, settings.default_pass
-        if name and ":" in name:  # RabbitMQ: "vhost:user"
+        if name and ":" in name:  # RabbitMQ: "vhost:user" (an OAuth 2.0 token's user name too)
             vhost, name = name.split(":", 1)
+        # the token is the password, the user name may be anything (RabbitMQ's oauth2 with MQTT)
+        self._login(name or "", password or "",
+                    lambda result: self._logged_in(c, result, vhost, persistent, expiry, assigned))
+
+    def _logged_in(self, c: p.Connect, result, vhost: str, persistent: bool, expiry, assigned: bool) -> None:
+        if self._login_refused(result):
+            return
+        settings = self.hub.settings
+        v5 = c.version == p.V5
+        client_id, user = self.client_id, result.name
+        self.auth_user, self.authz = result, result.authz
         try:
-            user = self.broker.authenticate(name or "", password or "", is_loopback(self.peer[0]), "PLAIN")
-        except AMQPError as err:
-            log.info("login refused on MQTT connection %s: user '%s', mechanism PLAIN: %s", self.name,
-                     logsafe(name or ""), logsafe(err.text))
-            return self._connack_refused(p.BAD_USER_NAME_OR_PASSWORD, "")
-        try:
-            self.broker.open_vhost(user, vhost)
+            self.broker.open_vhost(user, vhost, self.authz)
         except AMQPError as err:
             log.info("MQTT connection %s refused: user '%s', vhost '%s': %s", self.name, logsafe(user),
                      logsafe(vhost), logsafe(err.text))
@@ -236,6 +233,7 @@ class MQTTSession(PublishMethods, BackPressure):
         self.hub.sessions.add(self)
         self.broker.sessions.add(self)  # connection limits, resource alarms, the admin API
         self.connected_at = int(time.time() * 1000)
+        self._arm_expiry()
         for qos in (0, 1):  # a persistent session's queues deliver again at once
             q = self.vhost.queues.get(subs.queue_name(client_id, qos))
             if q is not None:
@@ -362,7 +360,8 @@ class MQTTSession(PublishMethods, BackPressure):
         pass  # MQTT has no consumer timeout: a client that does not PUBACK holds its quota
 
     def _update_reading(self) -> None:
-        want = not self.throttled_by and not self.blocked and not self.closed and not self.paused
+        want = not self.throttled_by and not self.blocked and not self.closed and not self.paused \
+            and self.state != "login"
         if want != self.reading:
             self.reading = want
             self._set_reading(want)
@@ -387,6 +386,8 @@ class MQTTSession(PublishMethods, BackPressure):
     def tick(self, now: float) -> None:
         if self.closed:
             return
+        if self.state == "login":
+            return  # the backend's answer comes within --auth-timeout (auth/offload.py)
         if self.state == "connect":
             if now - self.opened_at > self.hub.settings.connect_timeout:
                 self._refuse("no CONNECT in time", p.PROTOCOL_ERROR)
@@ -420,6 +421,7 @@ class MQTTSession(PublishMethods, BackPressure):
         if was_open and publish_will and self.will is not None:
             self._publish_will()
         self.will = None
+        self._disarm_expiry()
         self._release()
         if was_open and self.hub.clients.get((self.vhost.name, self.client_id)) is self:
             del self.hub.clients[(self.vhost.name, self.client_id)]

@@ -5,7 +5,6 @@ the admin API through the broker's chain."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -14,33 +13,10 @@ import pytest
 import requests
 from eb_support import free_port, pika_connect
 from oauth2_support import auth_broker
-from slapd_support import BASE, Slapd
+from slapd_support import BASE, QUERIES, Slapd
 
 from exchange_broker.auth.ldap import LdapBackend, LdapSettings
 from exchange_broker.core.auth_backends import BackendRefusal
-
-GROUPS = f"ou=groups,{BASE}"
-QUERIES = {
-    "auth_ldap_user_dn_pattern": f"uid=${{username}},ou=people,{BASE}",
-    "auth_ldap_group_lookup_base": GROUPS,
-    "auth_ldap_vhost_access_query": json.dumps(
-        ["or", [["equals", "${vhost}", "/"], ["in_group", f"cn=vhost-${{vhost}},{GROUPS}"]]]),
-    "auth_ldap_resource_access_query": json.dumps(
-        ["for", [["permission", "configure", ["match", "${name}", "^${username}-"]],
-                 ["permission", "write", ["or", [["match", "${name}", "^${username}-"],
-                                                 ["equals", "${name}", "amq.topic"],
-                                                 ["equals", "${name}", "amq.default"]]]],
-                 ["permission", "read", ["constant", True]]]]),
-    "auth_ldap_topic_access_query": json.dumps(
-        ["for", [["permission", "write", ["match", "${routing_key}", "^${username}\\."]],
-                 ["permission", "read", ["constant", True]]]]),
-    "auth_ldap_tag_queries": json.dumps({
-        "administrator": ["in_group", f"cn=admins,{GROUPS}"],
-        "management": ["in_group_nested", f"cn=staff,{GROUPS}"],
-        "monitoring": ["in_group", f"cn=monitors,{GROUPS}", "uniqueMember"],
-        "policymaker": ["match", ["attribute", "${user_dn}", "description"], "^team-"]}),
-}
-
 
 @pytest.fixture(scope="module")
 def slapd():

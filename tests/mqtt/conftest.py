@@ -15,12 +15,12 @@ def mqtt_broker():
 
 
 @pytest.fixture
-def paho(mqtt_broker):
-    """paho(client_id, **options) -> a connected Paho client of ``mqtt_broker``."""
+def paho_at():
+    """paho_at(port, client_id, **options) -> a connected Paho client of the broker on ``port``."""
     made = []
 
-    def _make(client_id: str = "", **kw) -> Paho:
-        c = Paho(mqtt_broker.mqtt_port, client_id, **kw)
+    def _make(port: int, client_id: str = "", **kw) -> Paho:
+        c = Paho(port, client_id, **kw)
         made.append(c)
         return c
 
@@ -30,3 +30,9 @@ def paho(mqtt_broker):
             c.close()
         except Exception:
             pass
+
+
+@pytest.fixture
+def paho(mqtt_broker, paho_at):
+    """paho(client_id, **options) -> a connected Paho client of ``mqtt_broker``."""
+    return lambda client_id="", **kw: paho_at(mqtt_broker.mqtt_port, client_id, **kw)

@@ -1,12 +1,11 @@
 """The web UI's single sign-on in a real headless Chromium: the login page offers the identity
-provider (a small one run by the test: tests/auth/oauth2_support.JwksServer), the authorization
+provider (a small one run by the test: tests/oauth2_support.JwksServer), the authorization
 code flow with PKCE goes through it and back, and the UI then works with the bearer token the
 broker's oauth2 backend checks."""
 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -14,9 +13,7 @@ import pytest
 import requests
 
 from eb_support import SubprocessBroker, free_port, wait_until
-
-sys.path.append(str(Path(__file__).resolve().parents[1] / "auth"))
-from oauth2_support import RSID, JwksServer, SigningKey  # noqa: E402
+from oauth2_support import RSID, JwksServer, SigningKey
 
 pytestmark = pytest.mark.timeout(120)
 SCOPES = (f"{RSID}.tag:administrator", f"{RSID}.configure:*/*", f"{RSID}.write:*/*", f"{RSID}.read:*/*")

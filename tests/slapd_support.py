@@ -1,9 +1,10 @@
-"""A real OpenLDAP server for the LDAP backend's tests: Debian's slapd, started on free ports
+"""A real OpenLDAP server for the LDAP backend's tests (tests/auth, tests/mqtt): Debian's slapd, started on free ports
 with a throwaway configuration and database in a temp directory, filled with ldapadd, killed
 and removed afterwards."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from eb_support import free_port
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "security"))
+sys.path.append(str(Path(__file__).resolve().parent / "security"))
 from sec_helpers import make_pki  # noqa: E402  (the throwaway PKI of the TLS tests)
 
 SLAPD = "/usr/sbin/slapd"
@@ -159,3 +160,28 @@ access to * by * read
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# the LDAP backend's settings of the tests: user DNs, groups, and the JSON queries for vhost,
+# resource and topic access and tags (the directory above answers them)
+GROUPS = f"ou=groups,{BASE}"
+QUERIES = {
+    "auth_ldap_user_dn_pattern": f"uid=${{username}},ou=people,{BASE}",
+    "auth_ldap_group_lookup_base": GROUPS,
+    "auth_ldap_vhost_access_query": json.dumps(
+        ["or", [["equals", "${vhost}", "/"], ["in_group", f"cn=vhost-${{vhost}},{GROUPS}"]]]),
+    "auth_ldap_resource_access_query": json.dumps(
+        ["for", [["permission", "configure", ["match", "${name}", "^${username}-"]],
+                 ["permission", "write", ["or", [["match", "${name}", "^${username}-"],
+                                                 ["equals", "${name}", "amq.topic"],
+                                                 ["equals", "${name}", "amq.default"]]]],
+                 ["permission", "read", ["constant", True]]]]),
+    "auth_ldap_topic_access_query": json.dumps(
+        ["for", [["permission", "write", ["match", "${routing_key}", "^${username}\\."]],
+                 ["permission", "read", ["constant", True]]]]),
+    "auth_ldap_tag_queries": json.dumps({
+        "administrator": ["in_group", f"cn=admins,{GROUPS}"],
+        "management": ["in_group_nested", f"cn=staff,{GROUPS}"],
+        "monitoring": ["in_group", f"cn=monitors,{GROUPS}", "uniqueMember"],
+        "policymaker": ["match", ["attribute", "${user_dn}", "description"], "^team-"]}),
+}

@@ -147,8 +147,9 @@ class JwksServer:
         self.httpd.server_close()
 
 
-def auth_broker(**settings) -> ThreadedBroker:
-    """An in-process broker (admin API on) with the Config ``settings`` (auth_* fields)."""
+def auth_broker(*, mqtt: bool = False, **settings) -> ThreadedBroker:
+    """An in-process broker (admin API on; an MQTT listener with ``mqtt``) with the Config
+    ``settings`` (auth_* fields)."""
     settings.setdefault("auth_backends", "internal,oauth2")
     if "oauth2" in settings["auth_backends"]:
         settings.setdefault("auth_oauth2_issuer", ISSUER)
@@ -156,4 +157,4 @@ def auth_broker(**settings) -> ThreadedBroker:
     config = Config(**settings)
     loop = asyncio.new_event_loop()
     broker = build_broker(LoopClock(loop), config=config)
-    return ThreadedBroker(broker, loop=loop, admin=True)
+    return ThreadedBroker(broker, loop=loop, admin=True, mqtt=mqtt)
