@@ -24,6 +24,7 @@ import logging
 
 from persistence.cluster_leaders import LeadersStore
 from persistence.cluster_store import tagged_url
+from persistence.queue_moves import QueueMoves
 from sqlalchemy import text
 
 from exchange_broker.cluster.definitions import DefinitionsMirror, Placeholders, load_rows
@@ -110,10 +111,13 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     placement.seen.update(q.store_id for vh in broker.vhosts.values() for q in vh.queues.values()
                           if q.store_id is not None)
 
+    placement.moves = node.queue_moves = QueueMoves(node.store)  # (the admin API's /api/rebalance/queues)
+
     def load(cluster_store, store):
         rows = load_rows(cluster_store, store)
         leaders = LeadersStore(cluster_store)
         rows.leaders, rows.members = leaders.leaders(), leaders.members()
+        rows.moves = placement.moves.requested(node.name)  # cluster rebalance / drain
         return rows
 
     def loaded(rows) -> None:
@@ -122,6 +126,7 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     def applied(rows) -> None:
         placement.place(rows.defs.queues)
         placement.seen.update(r["id"] for r in rows.defs.queues)
+        placement.hand_over_requested(rows.moves)
 
     node.mirror = DefinitionsMirror(node.store, app.store, broker, load=load,
                                     placeholders=Placeholders(make=placement.placeholder, keep=placement.keep),

@@ -18,6 +18,8 @@ def add_parser(sub) -> None:
     s = csub.add_parser("status", help="list the nodes, which are alive, and the queues each leads")
     add_arguments(s, CLUSTER)
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    from exchange_broker.cluster.queue_moves_cli import add_parsers
+    add_parsers(csub)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,8 +32,18 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("needs the cluster's PostgreSQL --database-url")
         store = ClusterStore(config.database_url)
     except ValueError as exc:
-        print(f"exchange-broker cluster status: error: {exc}", file=sys.stderr)
+        print(f"exchange-broker cluster {args.cluster_command}: error: {exc}", file=sys.stderr)
         return 1
+    if args.cluster_command != "status":
+        from exchange_broker.cluster.queue_moves_cli import run as run_moves
+        try:
+            return run_moves(args, store)
+        except SQLAlchemyError as exc:
+            why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+            print(f"exchange-broker cluster {args.cluster_command}: error: {why}", file=sys.stderr)
+            return 1
+        finally:
+            store.close()
     try:
         nodes = store.nodes()
     except ProgrammingError:

@@ -189,7 +189,7 @@ class SqlDurability(DelayedWrites):
 
     def mark_delivered(self, msg) -> None:
         q = msg.queue
-        if q is None or q.store_id is None:
+        if q is None or q.store_id is None or q.deleted:  # (a queue handed to another node writes nothing)
             return
         marks = self._marks
         if marks.get(q.store_id, 0) < msg.seq:
