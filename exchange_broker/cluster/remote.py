@@ -101,7 +101,11 @@ class RemoteQueue(QueueType):
         properties (``expiration``), the queue's own TTL applies on the leader."""
         msg.queue = self
         self.stats_published += 1
-        if self.address is None:  # no live leader yet (a failover is under way): the publisher gets a nack
+        if self.address is None or (publisher is not None and  # no live leader yet (a failover or a move
+                                    self.broker.is_link_user(getattr(publisher, "user", None) or "")):
+            # is under way), or forwarded here by a node that thinks this one leads it (it moved
+            # meanwhile): a nack, never a second hop (two placeholders forwarding to each other
+            # while a move is under way would each wait for the other's confirm)
             w = Waiter()
             w.fire(False)
             return w

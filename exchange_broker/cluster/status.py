@@ -34,24 +34,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"exchange-broker cluster {args.cluster_command}: error: {exc}", file=sys.stderr)
         return 1
-    if args.cluster_command != "status":
-        from exchange_broker.cluster.queue_moves_cli import run as run_moves
-        try:
-            return run_moves(args, store)
-        except SQLAlchemyError as exc:
-            why = " ".join(str(getattr(exc, "orig", None) or exc).split())
-            print(f"exchange-broker cluster {args.cluster_command}: error: {why}", file=sys.stderr)
-            return 1
-        finally:
-            store.close()
     try:
+        if args.cluster_command != "status":
+            from exchange_broker.cluster.queue_moves_cli import run as run_moves
+            return run_moves(args, store)
         nodes = store.nodes()
-    except ProgrammingError:
-        nodes = []  # no cluster tables yet: no node ever ran on this store (or it is not migrated)
     except SQLAlchemyError as exc:
-        why = " ".join(str(getattr(exc, "orig", None) or exc).split())
-        print(f"exchange-broker cluster status: error: {why}", file=sys.stderr)
-        return 1
+        if isinstance(exc, ProgrammingError) and args.cluster_command == "status":
+            nodes = []  # no cluster tables yet: no node ever ran on this store (or it is not migrated)
+        else:
+            return _failed(args.cluster_command, exc)
     finally:
         store.close()
     if args.json:
@@ -59,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(nodes))
     return 0
+
+
+def _failed(command: str, exc: Exception) -> int:
+    why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+    print(f"exchange-broker cluster {command}: error: {why}", file=sys.stderr)
+    return 1
 
 
 def queue_label(q: dict) -> str:
