@@ -28,6 +28,7 @@ from persistence.queue_moves import QueueMoves
 from sqlalchemy import text
 
 from exchange_broker.cluster.definitions import DefinitionsMirror, Placeholders, load_rows
+from exchange_broker.cluster.delayed_leader import DelayedLeader
 from exchange_broker.cluster.leaders import LINK_USER, LeaderNode
 from exchange_broker.cluster.links import Links
 from exchange_broker.cluster.placement import Placement
@@ -107,7 +108,7 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     restore(broker, durability, config.queue_window,
             place=lambda vh, row: None if placement.leads((vh.name, row["name"]))
             else placement.placeholder(vh, row["name"], row))
-    durability.start()  # (no delayed-message exchanges in this mode: each node would fire their messages)
+    durability.start()
     placement.seen.update(q.store_id for vh in broker.vhosts.values() for q in vh.queues.values()
                           if q.store_id is not None)
 
@@ -133,3 +134,4 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
                                     on_loaded=loaded, on_applied=applied,
                                     local_writes=lambda: (durability.definitions_issued, durability.definitions_done))
     await node.mirror.start()
+    DelayedLeader(node, broker).start()  # x-delayed-message: one node fires, the others forward to it

@@ -7,7 +7,6 @@ reply code RabbitMQ uses and tells ``broker.durability`` what must be stored.
 from __future__ import annotations
 
 import routing
-from routing.delayed import X_DELAYED
 
 from exchange_broker.core import super_streams
 from exchange_broker.core.exchange import Exchange, make_index
@@ -134,9 +133,6 @@ class VHost:
                             f"prefix 'amq.*'", cid, mid, hard=False)
         if type not in routing.TYPES:
             raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type}'", cid, mid, hard=True)
-        if type == X_DELAYED and self.broker.definitions_shared and existing is None:
-            raise AMQPError(PRECONDITION_FAILED, f"exchange type '{X_DELAYED}' is not available in a cluster "
-                            f"with per-queue leaders (--cluster-mode leaders)", cid, mid, hard=False)
         if type == routing.X_SUPER_STREAM:  # x-partitions, durable, its partitions' names (406)
             super_streams.check_declare(self, name, durable, auto_delete, arguments, existing)
         if existing is not None:
