@@ -20,7 +20,9 @@ this node's links (``links.py``):
   basic.get per parked get; each answer retries the parked gets (``answer_waiting_gets``).
 * ``message_count`` is approximate: the ready count the leader gave with its last get-ok (0
   after a get-empty, 0 before any get). Placeholders do not poll the leader.
-* ``purge`` is refused (406): purge on the leader's node.
+* ``purge`` (synchronous) is refused (406); AMQP queue.purge and the admin API purge through the
+  leader (``purge_on_leader``).
+* a message forwarded here by another node is nacked, never forwarded again (see ``enqueue``).
 
 Limits: ``consume-ok`` goes to the client before the leader answered the relay's basic.consume;
 a refusal there (exclusive use, no such queue) cancels the local consumer (basic.cancel).
