@@ -42,6 +42,7 @@ class DelayedLeader:
         self.lease = DelayedLease(node.store)
         self.leader = None  # persistence.cluster_leaders.Leader of the delayed lease (None: unknown)
         self.firing = False
+        self.fired_as = None  # the node's incarnation when it took the lease
         delayed = broker.delayed
         delayed.elsewhere = self.forward
         delayed.may_release = self.may_release
@@ -67,8 +68,11 @@ class DelayedLeader:
             log.debug("cluster: claiming the delayed-message lease failed: %s", exc)
             return
         self.leader = leader
-        if leader is not None and leader.node == node.name and not self.firing:
-            self.firing = True
+        mine = leader is not None and leader.node == node.name
+        if self.firing and (not mine or self.fired_as != node.incarnation):
+            self._stop_firing()  # evicted meanwhile and back as a new incarnation: start afresh (or forward)
+        if mine and not self.firing:
+            self.firing, self.fired_as = True, node.incarnation
             found = self.broker.delayed.recover()  # the pending rows, a window at a time, from now
             log.warning("cluster: node '%s' fires the delayed messages now (%d pending)", node.name,
                         found["delayed_messages"])
@@ -76,7 +80,19 @@ class DelayedLeader:
     def may_release(self) -> bool:
         """Fire only while no other node may have taken the lease (the heartbeat guard's rule)."""
         node = self.node
-        return node.role == "leader" and time.monotonic() - node.last_beat_ok <= node.stale_after
+        return node.role == "leader" and node.incarnation == self.fired_as and \
+            time.monotonic() - node.last_beat_ok <= node.stale_after
+
+    def _stop_firing(self) -> None:
+        """This node's lease ended (it was evicted): forget the messages held here (their rows are
+        the lease holder's to fire, read back from the store) and forward until it holds the lease
+        again."""
+        log.error("cluster: node '%s' stops firing the delayed messages (its lease ended)", self.node.name)
+        old = self.broker.delayed
+        old.close()
+        fresh = self.broker.delayed = type(old)(self.broker)
+        fresh.elsewhere, fresh.may_release = self.forward, self.may_release
+        self.firing = False
 
     def forward(self, vhost, ex, msg, publisher) -> Waiter | None:
         """``DelayedExchanges.elsewhere``: None holds it here (this node fires), else the waiter of
