@@ -129,7 +129,7 @@ class LeadersStore:
         """The live nodes of this mode: name -> AMQP address."""
         with self.store.transaction() as conn:
             return dict(conn.execute(text(f"SELECT name, amqp_address FROM cluster_nodes WHERE {ALIVE} "
-                                          f"AND role = 'leader'")).all())
+                                          f"AND role = 'leader' AND NOT draining")).all())  # (queue_moves.py)
 
     def forget(self, vhost: str, queue: str) -> None:
         """The queue was deleted: its lease row goes."""
@@ -154,7 +154,8 @@ class LeadersStore:
                 conn.execute(text(f"DELETE FROM cluster_nodes WHERE NOT {ALIVE} AND name <> :me"), {"me": me})
             live = {r.name: r.led for r in conn.execute(text(
                 f"SELECT n.name, (SELECT count(*) FROM queue_leases l WHERE l.leader = n.name AND l.vhost <> :store) AS led "
-                f"FROM cluster_nodes n WHERE {ALIVE} AND n.role = 'leader'"), {"store": STORE_LEASE[0]}).all()}
+                f"FROM cluster_nodes n WHERE {ALIVE} AND n.role = 'leader' AND NOT n.draining"),
+                {"store": STORE_LEASE[0]}).all()}
             orphans = conn.execute(text(
                 "SELECT l.vhost, l.queue, q.durable FROM queue_leases l LEFT JOIN queues q "
                 "ON q.vhost = l.vhost AND q.name = l.queue WHERE l.vhost <> :store AND NOT EXISTS "

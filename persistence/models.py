@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -244,6 +245,8 @@ class ClusterNode(Base):
     heartbeat_at = mapped_column(DateTime(timezone=True), nullable=False)
     # the definitions version this node has loaded (written with its heartbeats; migration 0006)
     definitions_version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    # ``cluster drain``: no queue is placed on or moved to it until ``cluster revive`` (migration 0008)
+    draining: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
 
 
 class QueueLease(Base):
@@ -256,6 +259,7 @@ class QueueLease(Base):
     leader: Mapped[str] = mapped_column(String, nullable=False)
     epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)
     expires_at = mapped_column(DateTime(timezone=True), nullable=False)
+    moving_to: Mapped[str | None] = mapped_column(String, nullable=True)  # a requested hand-over (0008)
 
 
 class ClusterCounter(Base):

@@ -15,7 +15,7 @@ INVALID_TYPE = "Invalid argument, 'x-delayed-type' must be an existing exchange 
 class DelayedMessageType(ExchangeType):
     name = X_DELAYED
     holds_messages = True
-    in_leaders_cluster = False  # held messages live on the node that took them
+    in_leaders_cluster = True  # in a cluster one node holds and fires them (cluster/delayed_leader.py)
 
     def make_index(self, arguments: dict | None, registry: dict[str, ExchangeType]) -> BindingTable:
         kind = (arguments or {}).get("x-delayed-type")

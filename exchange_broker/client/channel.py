@@ -43,6 +43,7 @@ class Channel:
         self.connection = connection
         self.number = number
         self.error: ClientError | None = None
+        self.closing = False  # channel.close sent: nothing more goes out on it
         self.confirming = False
         self.on_return: Callable[[Delivery], None] | None = None  # mandatory publishes returned
         self._rpc: deque[tuple[tuple, asyncio.Future]] = deque()
@@ -61,6 +62,8 @@ class Channel:
         """Send a synchronous method; returns the broker's reply (one of ``replies``)."""
         if self.error is not None:
             raise self.error
+        if self.closing and not isinstance(m, commands.Channel.Close):
+            raise ClientError("channel closed")
         self.flush_acks()  # before a cancel or close: what was acked must not come back
         fut = asyncio.get_running_loop().create_future()
         self._rpc.append((replies, fut))
@@ -72,7 +75,11 @@ class Channel:
         self.confirming = True
 
     async def close(self) -> None:
-        if self.error is None:
+        if self.error is None and not self.closing:
+            self.flush_acks()
+            # from here nothing more is sent on it: the broker forgets the channel once it answered
+            # channel.close, and a frame for a channel it forgot closes the whole connection (504)
+            self.closing = True
             try:
                 await self.call(commands.Channel.Close(reply_code=200, reply_text="Goodbye", class_id=0,
                                                    method_id=0),
@@ -91,6 +98,8 @@ class Channel:
         first; no future, no extra loop turn); else None."""
         if self.error is not None:
             raise self.error
+        if self.closing:
+            raise ClientError("channel closed")
         conn = self.connection
         if conn.transport is None or conn.transport.is_closing():
             raise conn.error or ClientError("connection is closed")
@@ -146,6 +155,8 @@ class Channel:
         self._consumers.pop(tag, None)
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
+        if self.closing:
+            return  # the broker requeues what was not acked on a closed channel
         if multiple:
             self.flush_acks()
             self._settled_upto(delivery_tag)
@@ -159,7 +170,7 @@ class Channel:
     def flush_acks(self) -> None:
         """Send the acks waiting since the last write: one basic.ack(multiple) for those that are
         the oldest unsettled deliveries, one basic.ack each for the rest."""
-        if not self._acks or self.error is not None:
+        if not self._acks or self.error is not None or self.closing:
             self._acks.clear()
             return
         acks, self._acks = self._acks, set()
@@ -184,6 +195,8 @@ class Channel:
             out.popitem(last=False)
 
     def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
+        if self.closing:
+            return
         self.flush_acks()
         if multiple:
             self._settled_upto(delivery_tag)
@@ -193,6 +206,8 @@ class Channel:
             delivery_tag=delivery_tag, multiple=multiple, requeue=requeue)))
 
     def reject(self, delivery_tag: int, requeue: bool = True) -> None:
+        if self.closing:
+            return
         self.flush_acks()
         self._outstanding.pop(delivery_tag, None)
         self.connection._send(codec.method_frame(self.number, commands.Basic.Reject(delivery_tag=delivery_tag,

@@ -30,7 +30,6 @@ from persistence import limits_store
 from persistence.cluster_store import ClusterStore, DefinitionsListener
 from persistence.sql_policies import load_policies
 from persistence.store import Definitions
-from routing.delayed import X_DELAYED
 
 from exchange_broker.core.auth import HASHING_SHA256, User
 from exchange_broker.core.exchange import Exchange, make_index
@@ -134,8 +133,8 @@ def _exchanges(broker, defs: Definitions, counts: dict) -> None:
     wanted: dict[tuple[str, str], dict] = {(x["vhost"], x["name"]): x for x in defs.exchanges}
     for (vhost, name), x in wanted.items():
         vh = broker.vhosts.get(vhost)
-        if vh is None or name in BUILTIN or (x["type"] == X_DELAYED and broker.definitions_shared):
-            continue  # (a cluster with per-queue leaders does not serve delayed-message exchanges)
+        if vh is None or name in BUILTIN:
+            continue
         args = decode_args(x["arguments"])
         have = vh.exchanges.get(name)
         if have is not None:

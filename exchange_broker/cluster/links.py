@@ -119,11 +119,12 @@ class Links:
 
 class _Forward:
     """One forwarded message; called with the leader's confirm (the channel's ``on_confirm``)."""
-    __slots__ = ("forwarder", "routing_key", "properties", "body", "waiter", "returned")
+    __slots__ = ("forwarder", "routing_key", "properties", "body", "waiter", "returned", "exchange")
 
     def __init__(self, forwarder: "Forwarder", routing_key: str, properties: bytes, body: bytes,
-                 waiter: Waiter) -> None:
+                 waiter: Waiter, exchange: str = "") -> None:
         self.forwarder = forwarder
+        self.exchange = exchange
         self.routing_key = routing_key
         self.properties = properties
         self.body = body
@@ -151,9 +152,11 @@ class Forwarder:
     def in_flight(self) -> int:
         return len(self.backlog) + len(self.outstanding)
 
-    def publish(self, routing_key: str, properties: bytes, body: bytes) -> Waiter:
-        """Forward one message; the waiter fires with the leader's confirm (see module doc)."""
-        fwd = _Forward(self, routing_key, properties, body, Waiter())
+    def publish(self, routing_key: str, properties: bytes, body: bytes, exchange: str = "") -> Waiter:
+        """Forward one message (to the default exchange unless told: a delayed-message exchange's
+        publish goes to that exchange on the node that fires them); the waiter fires with the
+        leader's confirm (see module doc)."""
+        fwd = _Forward(self, routing_key, properties, body, Waiter(), exchange)
         ch = self.channel
         if ch is not None and ch.error is None and not self.backlog:
             self._send(ch, fwd)
@@ -194,7 +197,7 @@ class Forwarder:
         """Raw properties and body go out as they came in (framed once, by the channel); the
         channel's confirm tracking calls ``fwd`` with the outcome."""
         try:
-            ch.publish("", fwd.routing_key, fwd.properties, fwd.body, mandatory=True, on_confirm=fwd)
+            ch.publish(fwd.exchange, fwd.routing_key, fwd.properties, fwd.body, mandatory=True, on_confirm=fwd)
         except ClientError:
             fwd.waiter.fire(False)
             return

@@ -46,6 +46,9 @@ class Placement:
         self.locator = "client-local"  # --queue-leader-locator
         self.elsewhere: dict[tuple[str, str], str] = {}  # declared here, to be led by that node
         self.await_leader: set[tuple[str, str]] = set()
+        self.handing: set[tuple[str, str]] = set()  # queues being handed to another node
+        self.moves = None  # persistence.queue_moves.QueueMoves (serve_leaders)
+        self.handed: dict[tuple[str, str], bool] = {}  # hand-overs written (the writer thread's answers)
 
     def keep(self, q) -> bool:
         """A queue whose row no read has had yet was declared here a moment ago (led here or, with
@@ -66,9 +69,12 @@ class Placement:
         locator = q.arguments.get("x-queue-leader-locator") or self.locator
         if isinstance(locator, (bytes, bytearray)):
             locator = bytes(locator).decode("utf-8", "replace")
-        if locator not in ("balanced", "least-leaders"):
+        drained = self.drained()
+        if locator not in ("balanced", "least-leaders") and not drained:
             return q
         target = self.node.least_loaded()
+        if drained and target == self.node.name:  # ``cluster drain``: nothing new is placed here
+            target = next(iter(sorted(self.node.members)), self.node.name)
         if target == self.node.name:
             return q
         leader = Leader(target, 0, self.node.members.get(target, ""))
@@ -77,6 +83,10 @@ class Placement:
         self.elsewhere[(vh.name, q.name)] = target
         self.await_leader.add((vh.name, q.name))
         return remote
+
+    def drained(self) -> bool:
+        """``cluster drain`` marked this node (the live members leave it out)."""
+        return bool(self.node.members) and self.node.name not in self.node.members
 
     def lost_declare(self, vhost: str, queue: str, queue_id: int, leader) -> None:
         """A queue declared here had been declared on another node a moment before (its row is
@@ -136,6 +146,8 @@ class Placement:
         touched = set()
         for row in queue_rows:
             key = (row["vhost"], row["name"])
+            if key in self.handing:
+                continue  # being handed to another node: neither real here again nor pointed anywhere yet
             vh = self.broker.vhosts.get(key[0])
             have = vh.queues.get(key[1]) if vh is not None else None
             if have is None or have.store_id != row["id"]:
@@ -171,6 +183,61 @@ class Placement:
         self._swap(vh, placeholder, q)
         log.warning("cluster: node '%s' leads queue '%s' in vhost '%s' now (%d messages)", self.node.name,
                     q.name, vh.name, q.message_count)
+
+    # -- handing a queue to another node (cluster rebalance / drain) -------------------------------------
+    def hand_over_requested(self, moves: list[tuple[str, str, str]]) -> None:
+        """The moves asked of this node (``persistence.queue_moves``): each queue it leads, to its target."""
+        for vhost, queue, to in moves:
+            self.hand_over(vhost, queue, to)
+
+    def hand_over(self, vhost: str, queue: str, to: str) -> bool:
+        """Hand the leadership of a queue this node leads to node ``to``, nothing lost:
+
+        1. the real queue is swapped for a placeholder that has no leader yet: from now on this
+           node delivers nothing of it, its consumers (local and relayed) get basic.cancel and
+           consume again through the placeholder, publishes into it are nacked until the new
+           leader is known, and nothing is written for it any more (acks of its deliveries that
+           come late write nothing: the old queue is deleted; the new leader redelivers them,
+           marked redelivered);
+        2. an ordered write on the store's writer thread, after every write of the queue already
+           submitted (its messages, acks and delivered marks), gives the lease to ``to`` (epoch + 1,
+           fenced by this node's row): ``to`` then restores the queue from the store, as after a
+           failover (``_promote``), and every node points its placeholder at it.
+
+        If the lease could not be handed over (the target died or was drained meanwhile, the
+        database failed), the next read of the definitions makes the queue real here again."""
+        key = (vhost, queue)
+        vh = self.broker.vhosts.get(vhost)
+        q = vh.queues.get(queue) if vh is not None else None
+        if q is None or self.is_remote(q) or not q.durable or key in self.handing or not self.leads(key):
+            return False
+        self.handing.add(key)
+        remote = self.make_remote(self.broker, vhost, queue, {"auto_delete": q.auto_delete, "durable": True,
+                                                              "arguments": encode_args(q.arguments)}, None)
+        remote.store_id = q.store_id
+        remote.leader = to
+        self._swap(vh, q, remote)
+        moves, node = self.moves, self.node
+        incarnation = node.incarnation
+
+        results = self.handed
+
+        def give(_store) -> None:  # the writer thread
+            results[key] = moves.handed_over(vhost, queue, node.name, incarnation, to)
+        self.durability.write(give)
+        self.durability.pending_definition.add(self._handed, (key, to))
+        return True
+
+    def _handed(self, arg, ok: bool) -> None:
+        key, to = arg
+        self.handing.discard(key)
+        if ok and self.handed.pop(key, False):
+            log.info("cluster: queue '%s' in vhost '%s' handed over to node '%s'", key[1], key[0], to)
+        else:
+            log.warning("cluster: queue '%s' in vhost '%s' was not handed over to node '%s'; it stays here",
+                        key[1], key[0], to)
+        if self.node.mirror is not None:
+            self.node.mirror.request()  # read the leaders again: placeholders follow (or the queue is real again)
 
     def _swap(self, vh, old, new) -> None:
         """``new`` stands for the queue from now on; ``old``'s consumers are cancelled (the

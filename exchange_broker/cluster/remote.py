@@ -20,7 +20,9 @@ this node's links (``links.py``):
   basic.get per parked get; each answer retries the parked gets (``answer_waiting_gets``).
 * ``message_count`` is approximate: the ready count the leader gave with its last get-ok (0
   after a get-empty, 0 before any get). Placeholders do not poll the leader.
-* ``purge`` is refused (406): purge on the leader's node.
+* ``purge`` (synchronous) is refused (406); AMQP queue.purge and the admin API purge through the
+  leader (``purge_on_leader``).
+* a message forwarded here by another node is nacked, never forwarded again (see ``enqueue``).
 
 Limits: ``consume-ok`` goes to the client before the leader answered the relay's basic.consume;
 a refusal there (exclusive use, no such queue) cancels the local consumer (basic.cancel).
@@ -101,7 +103,11 @@ class RemoteQueue(QueueType):
         properties (``expiration``), the queue's own TTL applies on the leader."""
         msg.queue = self
         self.stats_published += 1
-        if self.address is None:  # no live leader yet (a failover is under way): the publisher gets a nack
+        if self.address is None or (publisher is not None and  # no live leader yet (a failover or a move
+                                    self.broker.is_link_user(getattr(publisher, "user", None) or "")):
+            # is under way), or forwarded here by a node that thinks this one leads it (it moved
+            # meanwhile): a nack, never a second hop (two placeholders forwarding to each other
+            # while a move is under way would each wait for the other's confirm)
             w = Waiter()
             w.fire(False)
             return w

@@ -24,9 +24,11 @@ import logging
 
 from persistence.cluster_leaders import LeadersStore
 from persistence.cluster_store import tagged_url
+from persistence.queue_moves import QueueMoves
 from sqlalchemy import text
 
 from exchange_broker.cluster.definitions import DefinitionsMirror, Placeholders, load_rows
+from exchange_broker.cluster.delayed_leader import DelayedLeader
 from exchange_broker.cluster.leaders import LINK_USER, LeaderNode
 from exchange_broker.cluster.links import Links
 from exchange_broker.cluster.placement import Placement
@@ -106,14 +108,17 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     restore(broker, durability, config.queue_window,
             place=lambda vh, row: None if placement.leads((vh.name, row["name"]))
             else placement.placeholder(vh, row["name"], row))
-    durability.start()  # (no delayed-message exchanges in this mode: each node would fire their messages)
+    durability.start()
     placement.seen.update(q.store_id for vh in broker.vhosts.values() for q in vh.queues.values()
                           if q.store_id is not None)
+
+    placement.moves = node.queue_moves = QueueMoves(node.store)  # (the admin API's /api/rebalance/queues)
 
     def load(cluster_store, store):
         rows = load_rows(cluster_store, store)
         leaders = LeadersStore(cluster_store)
         rows.leaders, rows.members = leaders.leaders(), leaders.members()
+        rows.moves = placement.moves.requested(node.name)  # cluster rebalance / drain
         return rows
 
     def loaded(rows) -> None:
@@ -122,9 +127,11 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     def applied(rows) -> None:
         placement.place(rows.defs.queues)
         placement.seen.update(r["id"] for r in rows.defs.queues)
+        placement.hand_over_requested(rows.moves)
 
     node.mirror = DefinitionsMirror(node.store, app.store, broker, load=load,
                                     placeholders=Placeholders(make=placement.placeholder, keep=placement.keep),
                                     on_loaded=loaded, on_applied=applied,
                                     local_writes=lambda: (durability.definitions_issued, durability.definitions_done))
     await node.mirror.start()
+    DelayedLeader(node, broker).start()  # x-delayed-message: one node fires, the others forward to it

@@ -18,6 +18,8 @@ def add_parser(sub) -> None:
     s = csub.add_parser("status", help="list the nodes, which are alive, and the queues each leads")
     add_arguments(s, CLUSTER)
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    from exchange_broker.cluster.queue_moves_cli import add_parsers
+    add_parsers(csub)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,16 +32,18 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("needs the cluster's PostgreSQL --database-url")
         store = ClusterStore(config.database_url)
     except ValueError as exc:
-        print(f"exchange-broker cluster status: error: {exc}", file=sys.stderr)
+        print(f"exchange-broker cluster {args.cluster_command}: error: {exc}", file=sys.stderr)
         return 1
     try:
+        if args.cluster_command != "status":
+            from exchange_broker.cluster.queue_moves_cli import run as run_moves
+            return run_moves(args, store)
         nodes = store.nodes()
-    except ProgrammingError:
-        nodes = []  # no cluster tables yet: no node ever ran on this store (or it is not migrated)
     except SQLAlchemyError as exc:
-        why = " ".join(str(getattr(exc, "orig", None) or exc).split())
-        print(f"exchange-broker cluster status: error: {why}", file=sys.stderr)
-        return 1
+        if isinstance(exc, ProgrammingError) and args.cluster_command == "status":
+            nodes = []  # no cluster tables yet: no node ever ran on this store (or it is not migrated)
+        else:
+            return _failed(args.cluster_command, exc)
     finally:
         store.close()
     if args.json:
@@ -47,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(nodes))
     return 0
+
+
+def _failed(command: str, exc: Exception) -> int:
+    why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+    print(f"exchange-broker cluster {command}: error: {why}", file=sys.stderr)
+    return 1
 
 
 def queue_label(q: dict) -> str:

@@ -49,6 +49,9 @@ class ConfirmMethods:
         """Publish ``seq`` is confirmed once ``waiter`` (its store batch) fires. The publishes of
         one batch wait as one group: one callback, one drain, and, when nothing came between
         them, one run of ``unconfirmed``, however many they are."""
+        if waiter.done:  # decided already (a cluster placeholder with no leader nacks at once)
+            self._confirm_enqueue(seq, 1 if waiter.ok else 2)
+            return
         unconfirmed = self.unconfirmed
         group = self._confirm_group
         if group is not None and group[0] is waiter and not waiter.done:

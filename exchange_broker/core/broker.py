@@ -289,7 +289,7 @@ class Broker:
         self.stats["publish"] += 1
         ex.stats_in += 1  # the exchange's publish_in (admin API message_stats)
         if ex.holds_messages:  # x-delayed-message
-            held = self.delayed.publish(vhost, ex, msg)  # None: no (valid) x-delay, route now
+            held = self.delayed.publish(vhost, ex, msg, publisher)  # None: no (valid) x-delay, route now
             if held is not None:
                 return held
         raw = msg.properties

@@ -53,15 +53,13 @@ import heapq
 import logging
 import math
 import os
-import re
-from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
 from routing.delayed import X_DELAYED
 
+from exchange_broker.core.delay_header import X_DELAY, message_delay
 from exchange_broker.core.message import Message, from_wire
 from exchange_broker.protocol import codec
-from exchange_broker.protocol.errors import AMQPError
 
 if TYPE_CHECKING:
     from exchange_broker.core.clock import Clock
@@ -71,62 +69,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exchange_broker.delayed")
 
-MAX_DELAY = 2 ** 32 - 1  # the plugin's bound (Erlang's max timer); beyond it: no delay
 NO_HORIZON = (1 << 62, 0)  # without a store everything is below the horizon: in memory
-X_DELAY = b"x-delay"
 
 RELEASE_BATCH = 1000  # messages routed per callback (~20 ms) before yielding to the loop
 LOAD_CHUNK = 5_000  # rows per store read: ~7 ms of loop time to sort in, short GIL holds
 DELETE_FLUSH_S = 0.05  # rows of routed messages are deleted in batches at most this often
 DELETE_FLUSH_ROWS = 5000
 EARLY_MS = 1.0  # a message due within this many ms is released now (timer/clock rounding)
+RETRY_RELEASE_S = 0.5  # a node that may not route due messages now (cluster) looks again after this
+RETRY_ROUTE_MS = 1000  # a released message whose copies were not all stored is routed again after this
 TICK_S = 0.25  # how often the store is checked for the next window
-
-_INT_STR = re.compile(r"[+-]?[0-9]+\Z")
-
 
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
     except ValueError:
         return default
-
-
-# -- the x-delay header ---------------------------------------------------------------------------
-def delay_value(value) -> int | None:
-    """The plugin's reading of an x-delay value: integer types as they are, floats and decimals
-    truncated, strings parsed as a decimal integer; held only when 0 < delay <= 2^32-1."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        delay = value
-    elif isinstance(value, (float, Decimal)):
-        if not math.isfinite(value):
-            return None
-        delay = int(value)  # truncated, like the plugin
-    elif isinstance(value, (str, bytes)):
-        if isinstance(value, bytes):
-            try:
-                value = value.decode("ascii")
-            except UnicodeDecodeError:
-                return None
-        if not _INT_STR.match(value):
-            return None
-        delay = int(value)
-    else:  # byte arrays, timestamps, tables, arrays, void (codec.NOT_SCALAR)
-        return None
-    return delay if 0 < delay <= MAX_DELAY else None
-
-
-def message_delay(msg: Message) -> int | None:
-    """The delay of a published message, read from its raw properties (no full decode)."""
-    value = codec.raw_header(msg.properties, X_DELAY)
-    if value is codec.UNREADABLE:  # an odd table: take the decoder's word for it
-        try:
-            value = (msg.headers or {}).get("x-delay")
-        except AMQPError:
-            return None
-    return delay_value(value)
 
 
 # -- pending messages -----------------------------------------------------------------------------
@@ -202,7 +160,12 @@ class DelayedExchanges:
         self._delete_handle = None
         self._tick_handle = None
         self.closed = False
-        self.stats = {"delayed": 0, "released": 0, "dropped": 0, "loaded": 0, "loads": 0,
+        # a cluster with per-queue leaders (cluster/delayed_leader.py): elsewhere(vhost, exchange,
+        # message, publisher) -> the waiter of the node that holds delayed messages, or None (here);
+        # may_release() -> False while this node must not route due messages (its lease may be gone)
+        self.elsewhere = None
+        self.may_release = lambda: True
+        self.stats = {"forwarded": 0, "delayed": 0, "released": 0, "dropped": 0, "loaded": 0, "loads": 0,
                       "parked": 0, "spilled": 0, "loaded_overdue": 0,
                       # routed later than due (broker side, from the timer's point of view)
                       "late_over_10ms": 0, "late_over_50ms": 0, "late_max_ms": 0.0}
@@ -229,7 +192,7 @@ class DelayedExchanges:
             self.store.delayed_delete_exchange(vhost, name)  # later inserts go after the delete
 
     # -- publish -------------------------------------------------------------------------------
-    def publish(self, vhost: "VHost", ex: "Exchange", msg: Message):
+    def publish(self, vhost: "VHost", ex: "Exchange", msg: Message, publisher=None):
         """Hold the message if it carries a valid x-delay: (True, waiter or None, False) like the
         broker's publish; None routes it now (the normal path)."""
         if self._releasing:
@@ -237,6 +200,11 @@ class DelayedExchanges:
         delay = message_delay(msg)
         if delay is None:
             return None
+        if self.elsewhere is not None:  # a cluster: another node may hold the delayed messages
+            waiter = self.elsewhere(vhost, ex, msg, publisher)
+            if waiter is not None:
+                self.stats["forwarded"] += 1
+                return True, waiter, False
         now = math.ceil(self._now_ms())
         stored = self.store is not None and msg.persistent and ex.durable
         e = (now + delay, self.next_id, vhost.name, ex.name, msg.routing_key,
@@ -290,6 +258,10 @@ class DelayedExchanges:
 
     def _fire(self) -> None:
         self._timer = None
+        if not self.may_release():
+            self._timer_due = 0
+            self._timer = self.clock.call_later(RETRY_RELEASE_S, self._fire)
+            return
         heap = self.heap
         now = self._now_ms()
         limit = now + EARLY_MS
@@ -317,6 +289,7 @@ class DelayedExchanges:
         broker = self.broker
         vh = broker.vhosts.get(vhost)
         ex = vh.exchanges.get(exchange) if vh is not None else None
+        waiter = None
         if ex is None or ex.type != X_DELAYED:  # (deleting the exchange drops its entries anyway)
             self.stats["dropped"] += 1
         else:
@@ -326,7 +299,7 @@ class DelayedExchanges:
             try:
                 # per-message TTL runs from the enqueue, i.e. from now (the user-id was checked
                 # when the client published it)
-                broker.publish(vh, ex, from_wire(ex.name, routing_key, properties, body), True, None)
+                waiter = broker.publish(vh, ex, from_wire(ex.name, routing_key, properties, body), True, None)[1]
             except Exception:
                 log.exception("routing delayed message %d from %s failed", id,
                               vh.describe("exchange", ex.name))
@@ -335,7 +308,25 @@ class DelayedExchanges:
             self.stats["released"] += 1
         if stored:
             self.mem_stored -= 1
-            self._deletes.append(id)
+            if waiter is None or (waiter.done and waiter.ok):
+                self._deletes.append(id)
+            else:  # its row goes once the routed copies are stored (another node's queue: confirmed)
+                waiter.add(self._routed, e)
+
+    def _routed(self, e: tuple, ok: bool) -> None:
+        if self.closed:
+            return
+        if ok:
+            self._deletes.append(e[ID])
+            self._schedule_deletes()
+            return
+        # a copy was not stored (its queue's leader refused it or could not be reached): route it
+        # again a moment later; its row stays until then (a copy that did arrive gets a duplicate)
+        self.stats["retried"] = self.stats.get("retried", 0) + 1
+        again = (math.ceil(self._now_ms()) + RETRY_ROUTE_MS,) + e[1:]
+        heapq.heappush(self.heap, again)
+        self.mem_stored += 1
+        self._arm()
 
     # -- store -------------------------------------------------------------------------------------
     def recover(self) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from pamqp import decode as pdecode
-from routing.delayed import X_DELAYED
 
 from exchange_broker.core import limits, permissions
 from exchange_broker.core.broker import Broker
@@ -41,10 +40,6 @@ def restore(broker: Broker, durability: SqlDurability, window: int, place=None) 
     for x in defs.exchanges:
         vh = broker.add_vhost(x["vhost"], store=False)
         if x["name"] in vh.exchanges:
-            continue
-        if x["type"] == X_DELAYED and broker.definitions_shared:  # each node would fire its messages
-            log.warning("exchange '%s' in vhost '%s' (x-delayed-message) is not served in a cluster with per-queue "
-                        "leaders: its held messages stay in the store", x["name"], x["vhost"])
             continue
         args = decode_args(x["arguments"])
         ex = Exchange(vh.name, x["name"], x["type"], x["durable"], x["auto_delete"], x["internal"], args,

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import deque
@@ -185,7 +184,7 @@ class SqlDurability(DefinitionWrites, DelayedWrites):
 
     def mark_delivered(self, msg) -> None:
         q = msg.queue
-        if q is None or q.store_id is None:
+        if q is None or q.store_id is None or q.deleted:  # (a queue handed to another node writes nothing)
             return
         marks = self._marks
         if marks.get(q.store_id, 0) < msg.seq:

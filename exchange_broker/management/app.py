@@ -24,7 +24,7 @@ from exchange_broker import __version__
 from exchange_broker.management import (bindings, connections, definitions, exchanges, messages, metrics,
                                         overview, permissions, policies, queues, streams, users, vhosts)
 from exchange_broker.management import health, limits, move, super_streams, topic_permissions, ui_routes
-from exchange_broker.management import federation, parameters, shovels
+from exchange_broker.management import federation, parameters, rebalance, shovels
 from exchange_broker.management.auth import REALM
 from exchange_broker.management.common import AdminContext, ServiceError
 
@@ -35,7 +35,7 @@ _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 # in this order (a path's first route answers 405 for the other methods, with its Allow header)
 RESOURCES = (overview, metrics, vhosts, permissions, users, streams, exchanges, bindings, messages, move, queues,
              connections, definitions, policies, health, limits, topic_permissions, super_streams, parameters,
-             shovels, federation)
+             shovels, federation, rebalance)
 
 
 class _RawPath:

@@ -6,6 +6,7 @@ messages is in messages.py, a queue's bindings in bindings.py, stream offsets in
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -14,6 +15,7 @@ from pydantic import BaseModel, Field
 from exchange_broker.management.common import (CONFIGURE, NODE, READ, AdminContext, Principal, bad_request,
                                                 check_resource, find_queue, find_vhost, from_amqp,
                                                 not_found, visible_vhosts)
+from exchange_broker.management import leader_figures
 from exchange_broker.management.connections import conn_name, consumer_info
 from exchange_broker.management.fields import arguments_from, bool_from, to_json
 from exchange_broker.management.samples import NO_RANGES, Ranges
@@ -68,9 +70,20 @@ def queue_info(ctx: AdminContext, q, unacked: dict, ranges: Ranges = NO_RANGES) 
 
 def list_queues(ctx: AdminContext, vhost: str | None = None, who: Principal | None = None,
                 ranges: Ranges = NO_RANGES) -> list[dict]:
+    return [info for info, _q in _listed(ctx, vhost, who, ranges)]
+
+
+def _listed(ctx: AdminContext, vhost: str | None, who: Principal | None, ranges: Ranges) -> list[tuple[dict, Any]]:
     unacked = unacked_by_queue(ctx.broker)
-    return [queue_info(ctx, q, unacked, ranges) for vh in visible_vhosts(ctx.broker, vhost, who)
+    return [(queue_info(ctx, q, unacked, ranges), q) for vh in visible_vhosts(ctx.broker, vhost, who)
             for q in vh.queues.values()]
+
+
+async def _listing_with_leaders(ctx: AdminContext, request: Request, vhost: str | None, who: Principal):
+    pairs = _listed(ctx, vhost, who, ranges(request))
+    infos = [info for info, _q in pairs]
+    await leader_figures.fill(ctx, request, infos, [q for _info, q in pairs])
+    return listing(request, infos)
 
 
 def get_queue(ctx: AdminContext, vhost: str, name: str, who: Principal | None = None,
@@ -118,26 +131,53 @@ def purge_queue(ctx: AdminContext, vhost: str, name: str, who: Principal | None 
     q = vh.queues.get(name)
     if q is None:
         raise not_found()
+    if q.led_elsewhere:
+        raise LedElsewhere(q)
     try:
         return vh.purge_queue(name, owner=q.exclusive_owner)
     except AMQPError as err:
         raise from_amqp(err, refused_is_auth=False) from None
 
 
+class LedElsewhere(Exception):
+    """The queue is led by another node of the cluster: purge it there (``purge_on_leader``)."""
+
+    def __init__(self, q) -> None:
+        super().__init__(q.name)
+        self.queue = q
+
+
+async def purge_anywhere(ctx: AdminContext, vhost: str, name: str, who: Principal | None = None) -> None:
+    """Purge through any node: a queue another node leads is purged by its leader (queue.purge
+    over this node's link to it)."""
+    try:
+        purge_queue(ctx, vhost, name, who)
+        return
+    except LedElsewhere as led:
+        q = led.queue
+    answer = type("PurgeOk", (), {"message_count": 0})()
+    done = asyncio.get_running_loop().create_future()
+    q.purge_on_leader(answer).add(lambda _arg, ok: done.done() or done.set_result(ok), None)
+    if not await done:
+        raise from_amqp(q.leader_error(), refused_is_auth=False)
+
+
 # ---- routes ------------------------------------------------------------------------------------
 @router.get("/api/queues")
 async def queues(request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
-    return listing(request, list_queues(ctx, None, who, ranges(request)))
+    return await _listing_with_leaders(ctx, request, None, who)
 
 
 @router.get("/api/queues/{vhost}")
 async def queues_vhost(vhost: str, request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
-    return listing(request, list_queues(ctx, u(vhost), who, ranges(request)))
+    return await _listing_with_leaders(ctx, request, u(vhost), who)
 
 
 @router.get("/api/queues/{vhost}/{name}")
 async def queue_get(vhost: str, name: str, request: Request, who: Principal = Who, ctx: AdminContext = Ctx):
-    return get_queue(ctx, u(vhost), u(name), who, ranges(request))
+    info = get_queue(ctx, u(vhost), u(name), who, ranges(request))
+    await leader_figures.fill(ctx, request, [info], [find_queue(ctx.broker, u(vhost), u(name))])
+    return info
 
 
 @router.put("/api/queues/{vhost}/{name}", openapi_extra=body_doc(QueueBody),
@@ -156,5 +196,5 @@ async def queue_delete(vhost: str, name: str, request: Request, who: Principal =
 
 @router.delete("/api/queues/{vhost}/{name}/contents", status_code=204, summary="Purge a queue")
 async def queue_purge(vhost: str, name: str, who: Principal = Who, ctx: AdminContext = Ctx):
-    purge_queue(ctx, u(vhost), u(name), who)
+    await purge_anywhere(ctx, u(vhost), u(name), who)
     return no_content()

@@ -210,3 +210,37 @@ def test_bad_login_and_refused_port_are_clear_errors(broker):
             await Connection.open("127.0.0.1", free_port(), "guest", "guest", timeout=5)
         assert "127.0.0.1" in str(err.value)
     run(scenario())
+
+
+def test_nothing_goes_out_on_a_channel_once_its_close_is_sent(broker):
+    """An ack or nack made while channel.close waits for close-ok would reach a broker that forgot
+    the channel, and it closes the whole connection (504): the client drops them (the broker
+    requeues what was unacked on the closed channel)."""
+    queue = uniq("closing")
+
+    async def scenario():
+        link = await Connection.open("127.0.0.1", broker.port, "guest", "guest", name="test link")
+        ch = await link.channel()
+        await ch.call(commands.Queue.Declare(queue=queue), commands.Queue.DeclareOk)
+        for i in range(3):
+            ch.publish("", queue, PERSISTENT, b"m%d" % i)
+        got: list = []
+        cons = await link.channel()
+        await cons.consume(queue, got.append, prefetch=3)
+        while len(got) < 3:
+            await asyncio.sleep(0.01)
+        closing = asyncio.ensure_future(cons.close())
+        await asyncio.sleep(0)  # channel.close is on the wire
+        cons.ack(got[0].delivery_tag)
+        cons.nack(got[1].delivery_tag)
+        cons.reject(got[2].delivery_tag)
+        with pytest.raises(ClientError):
+            cons.publish("", queue, PERSISTENT, b"late")
+        await closing
+        await asyncio.sleep(0.2)
+        assert link.error is None  # the connection lives on
+        ok = await ch.call(commands.Queue.Declare(queue=queue, passive=True), commands.Queue.DeclareOk)
+        assert ok.message_count == 3  # all three back: nothing was settled after the close
+        await ch.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+        await link.close()
+    run(scenario())
