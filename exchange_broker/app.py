@@ -226,6 +226,7 @@ class Application:
         if self.cluster is not None:
             await self.cluster.renew()  # recovery took a while: the lease runs from now again
             self.server.guard = self.cluster.guard
+            self.cluster.server = self.server  # (a leaders-mode node releases or drops held output)
         await self.server.start()
         self.admin = await start_admin(config, self.broker, self.server)
         if config.port_file and (not config.cluster or config.cluster_mode == "leaders"):

@@ -374,6 +374,8 @@ class DefinitionsListener:
                         for note in conn.notifies(timeout=self.poll, stop_after=1):
                             self._saw(int(note.payload))
             except (psycopg.Error, SQLAlchemyError, OSError) as exc:
+                # one line per outage (the node logs its own), not one per attempt
+                (log.warning if self.listening.is_set() else log.debug)(
+                    "definitions listener: %s; listening again shortly", " ".join(str(exc).split()))
                 self.listening.clear()
-                log.warning("definitions listener: %s; listening again shortly", " ".join(str(exc).split()))
                 self._stop.wait(self.poll)

@@ -27,11 +27,12 @@ def migrated_url(pg_database) -> str:
 
 @pytest.fixture
 def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
-    """nodes(name, *extra_args) -> a started NodeProcess (active or standing by)."""
+    """nodes(name, *extra_args, url=None) -> a started NodeProcess (active or standing by), on
+    ``cluster_url`` unless ``url`` says another way to it (a proxy, a multi-host URL)."""
     started: list[NodeProcess] = []
 
-    def start(name: str, *extra: str) -> NodeProcess:
-        node = NodeProcess(workdir, cluster_url, name, *extra)
+    def start(name: str, *extra: str, url: str | None = None) -> NodeProcess:
+        node = NodeProcess(workdir, url or cluster_url, name, *extra)
         started.append(node)
         return node.start_node()
 
