@@ -1,6 +1,6 @@
 """A real PostgreSQL primary with a streaming standby, made for one test: ``initdb`` and
 ``pg_basebackup -R`` as the ``postgres`` user (``runuser -u postgres --``) in a temp dir, on free
-ports; ``close()`` stops both (``pg_ctl stop -m immediate``) and removes the dir.
+ports; ``close()`` stops both (``pg_ctl stop -m immediate``) and removes the dir. Replication is synchronous.
 
 ``url`` is the libpq multi-host URL a Patroni setup hands out, standby first
 (``postgresql://postgres@127.0.0.1:<standby>,127.0.0.1:<primary>/broker?target_session_attrs=read-write``):
@@ -82,6 +82,11 @@ class PgPair:
             conf.write(f"\nport = {self.ports['standby']}\n")
         self.start("standby")
         assert wait_until(lambda: self.psql("standby", "SELECT pg_is_in_recovery()") == "t", 30)
+        # synchronous replication (Patroni's synchronous_mode): a commit, so a confirm, waits until
+        # the standby has it, so a promotion loses no confirmed message
+        self.psql("primary", "ALTER SYSTEM SET synchronous_standby_names = '*'")
+        self.psql("primary", "SELECT pg_reload_conf()")
+        assert wait_until(lambda: self.psql("primary", "SELECT sync_state FROM pg_stat_replication") == "sync", 30)
         return self
 
     def host(self, which: str) -> str:
