@@ -25,6 +25,7 @@ log = logging.getLogger("exchange_broker.server")
 
 WRITE_HIGH_WATER = 4 * 1024 * 1024  # transport buffer above which a session stops writing deliveries
 PROXY_LINE_MAX = 107  # the longest PROXY protocol v1 line, CRLF included
+HANDSHAKE = ("header", "start", "tune", "open")  # states of a connection that cannot hold a delivery yet
 
 
 class AMQPProtocol(asyncio.Protocol):
@@ -104,6 +105,9 @@ class AMQPProtocol(asyncio.Protocol):
         self.last_read = time.monotonic()
         if self.lingering:
             return
+        guard = self.server.guard
+        if guard is not None:
+            guard()  # an active/standby node that may have been replaced stops before it reads
         if self._head is not None:
             data = self._proxy_header(data)
             if not data:
@@ -254,9 +258,11 @@ class BrokerServer:
             proto.release_held()
 
     def drop_held(self) -> int:
-        """Close (at once, nothing more written) every connection with held output: it may hold
-        deliveries of queues other nodes lead now. Returns how many."""
-        dropped = [proto for proto in self.protocols if proto.held]
+        """Close (at once, nothing more written) every opened connection with held output: it may
+        hold deliveries of queues other nodes lead now (one still in its handshake holds none: its
+        output goes out with ``release_held``). Returns how many."""
+        dropped = [proto for proto in self.protocols
+                   if proto.held and proto.session is not None and proto.session.conn.state not in HANDSHAKE]
         for proto in dropped:
             proto.held = []
             if proto.transport is not None:

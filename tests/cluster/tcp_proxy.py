@@ -104,6 +104,9 @@ class TcpProxy:
                 self._server.close()
             for writer in list(self._writers):
                 self._abort(writer)
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
         try:
             self._call(_close())
         finally:
