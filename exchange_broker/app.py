@@ -83,13 +83,13 @@ def open_store(config: Config, held_lock=None):
     """Lock the store (one broker per store), then open it, applying the alembic migrations
     (blocking: run it off the loop). Returns ``(store, lock)``; the caller releases the lock
     after closing the store. ``held_lock``: the store's lock, already taken (a cluster node)."""
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
+    from persistence.database_url import hide_password
     from persistence.lock import StoreInUse, store_lock
     from persistence.sql_store import SqlStore
     url = database_url(config)
-    where = make_url(url).render_as_string(hide_password=True)
+    where = hide_password(url)
     store = SqlStore(url, sqlite_synchronous=config.sqlite_synchronous)
     lock = held_lock or store_lock(url)
     try:
@@ -287,6 +287,7 @@ class Application:
         if self.cluster is not None:
             await self.cluster.renew()  # recovery took a while: the lease runs from now again
             self.server.guard = self.cluster.guard
+            self.cluster.server = self.server  # (a leaders-mode node releases or drops held output)
         await self.server.start()
         from exchange_broker.movers.start import start_movers
         self.movers = await start_movers(self.broker, self.store, config.host, self.server.port,

@@ -350,32 +350,12 @@ class Config:
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
 
 
-DATABASE_URL_EXAMPLES = "postgresql://user:password@host/database or sqlite:////path/to/broker.db"
-
-
 def normalize_database_url(url: str) -> str:
-    """``url`` checked and made explicit: PostgreSQL (``postgres://``, ``postgresql://``,
-    ``postgresql+psycopg://``) always goes through psycopg 3; SQLite through the sqlite3 module.
-    A ValueError (one line, never the password) for anything else."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):  # not scheme://..., or e.g. a port that is not a number
-        raise ValueError(f"--database-url is not a database URL (expected {DATABASE_URL_EXAMPLES})") from None
-    backend, _, driver = parsed.drivername.partition("+")
-    if backend in ("postgres", "postgresql"):
-        if driver not in ("", "psycopg"):
-            raise ValueError(f"--database-url: the PostgreSQL driver {driver!r} is not supported "
-                             f"(use postgresql://..., served by psycopg 3)")
-        if parsed.drivername == "postgresql+psycopg":
-            return url
-        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    if backend == "sqlite":
-        if driver not in ("", "pysqlite"):
-            raise ValueError(f"--database-url: the SQLite driver {driver!r} is not supported (use sqlite:///...)")
-        return url
-    raise ValueError(f"--database-url: unsupported database {backend!r} (expected {DATABASE_URL_EXAMPLES})")
+    """``url`` checked and made explicit (``persistence/database_url.py``: libpq's URLs, multi-host
+    included, always through psycopg 3; SQLite through the sqlite3 module). A ValueError (one line,
+    never the password) for anything else."""
+    from persistence.database_url import parse
+    return parse(url).url
 
 
 def _check(config: Config, name: str, low: float, high: float | None, what: str) -> None:

@@ -31,16 +31,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
+
+from .database_url import parse
 
 log = logging.getLogger("exchange_broker.cluster")
 
 CHANNEL = "eb_definitions"
 # a node is alive while its last heartbeat is younger than its own failover timeout
 ALIVE = "(heartbeat_at > now() - make_interval(secs => failover_timeout))"
-CONNECT_TIMEOUT = 10
 # the lease on the whole store (vhost "" is no vhost's name): the active node of an active/standby
 # cluster holds it, and every write of its store is fenced with its epoch
 STORE_LEASE = ("", "*store*")  # seconds: an unreachable database fails a call instead of hanging it
@@ -76,9 +77,7 @@ def session_name(pid: int, host: str) -> str:
 
 def tagged_url(url: str) -> str:
     """``url`` naming this process's sessions (``session_name``), so that they can be found and ended."""
-    from sqlalchemy.engine import make_url
-    name = session_name(os.getpid(), socket.gethostname())
-    return make_url(url).update_query_dict({"application_name": name}).render_as_string(hide_password=False)
+    return parse(url).with_params(application_name=session_name(os.getpid(), socket.gethostname())).url
 
 
 def _interval(seconds: float) -> str:
@@ -89,15 +88,14 @@ class ClusterStore:
     """The cluster tables of the PostgreSQL store at ``url`` (created by migration 0005)."""
 
     def __init__(self, url: str, failover_timeout: float = 10.0) -> None:
-        parsed = make_url(url)
-        if parsed.get_backend_name() != "postgresql":
+        database = self.database = parse(url)
+        if not database.is_postgres:
             raise ValueError("a cluster needs a PostgreSQL store")
+        if database.param("application_name") is None:
+            database = self.database = database.with_params(application_name=f"exchange-broker cluster {os.getpid()}")
         self.url = url
         self.failover_timeout = failover_timeout
-        self.engine: Engine = create_engine(
-            parsed, pool_pre_ping=True, pool_size=2, max_overflow=4,
-            connect_args={"connect_timeout": CONNECT_TIMEOUT, **({} if "application_name" in parsed.query else
-                                                                 {"application_name": f"exchange-broker cluster {os.getpid()}"})})
+        self.engine: Engine = database.engine(pool_pre_ping=True, pool_size=2, max_overflow=4)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -366,10 +364,9 @@ class DefinitionsListener:
 
     def _run(self) -> None:
         import psycopg
-        conninfo = make_url(self.store.url).set(drivername="postgresql").render_as_string(hide_password=False)
         while not self._stop.is_set():
             try:
-                with psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+                with self.store.database.connect(autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._saw(self.store.definitions_version())  # whatever was missed while not listening
                     self.listening.set()
@@ -377,6 +374,8 @@ class DefinitionsListener:
                         for note in conn.notifies(timeout=self.poll, stop_after=1):
                             self._saw(int(note.payload))
             except (psycopg.Error, SQLAlchemyError, OSError) as exc:
+                # one line per outage (the node logs its own), not one per attempt
+                (log.warning if self.listening.is_set() else log.debug)(
+                    "definitions listener: %s; listening again shortly", " ".join(str(exc).split()))
                 self.listening.clear()
-                log.warning("definitions listener: %s; listening again shortly", " ".join(str(exc).split()))
                 self._stop.wait(self.poll)

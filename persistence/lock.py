@@ -25,9 +25,11 @@ import socket
 import threading
 import time
 
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import pool, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
+
+from .database_url import parse
 
 log = logging.getLogger("exchange_broker.store")
 
@@ -35,7 +37,6 @@ APP_NAME = "exchange-broker"
 # pg_try_advisory_lock(int4, int4): the pair that says "this database is an exchange-broker store"
 PG_LOCK_CLASS = int.from_bytes(b"ExBr", "big")
 PG_LOCK_OBJECT = 1
-CONNECT_TIMEOUT = 10  # seconds
 
 
 class StoreInUse(Exception):
@@ -147,13 +148,12 @@ class PostgresLock(StoreLock):
     """A session-level advisory lock on a connection of its own, held for the broker's life."""
 
     def __init__(self, url: str) -> None:
-        self.url = make_url(url)
-        self.where = self.url.render_as_string(hide_password=True)
+        database = parse(url)
+        self.where = database.display()
+        # (an unreachable host fails, not hangs: the URL's connect_timeout, else database_url's default)
         connect_args = {"application_name": f"{APP_NAME} {os.getpid()}@{socket.gethostname()}"[:63]}
-        if "connect_timeout" not in self.url.query:  # an unreachable host fails, not hangs
-            connect_args["connect_timeout"] = CONNECT_TIMEOUT
-        self._engine: Engine = create_engine(self.url, poolclass=pool.NullPool, isolation_level="AUTOCOMMIT",
-                                             connect_args=connect_args)
+        self._engine: Engine = database.engine(poolclass=pool.NullPool, isolation_level="AUTOCOMMIT",
+                                               connect_args=connect_args)
         self._conn: Connection | None = None
         self._active = False  # between acquire() and release()
         self._state = "held"  # or "lost" (our session ended), "taken" (someone else holds it now)
@@ -249,11 +249,11 @@ class PostgresLock(StoreLock):
 
 def store_lock(url: str) -> StoreLock | None:
     """The lock of the store at ``url`` (None when it needs none: an in-memory SQLite database)."""
-    parsed = make_url(url)
-    backend = parsed.get_backend_name()
+    backend = parse(url).backend
     if backend == "postgresql":
         return PostgresLock(url)
     if backend == "sqlite":
+        parsed = make_url(url)
         database = parsed.database or ""
         if database in ("", ":memory:") or database.startswith("file:"):
             return None

@@ -7,7 +7,6 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection
 
 
@@ -30,12 +29,28 @@ def make_config(url: str | None = None, connection: Connection | None = None) ->
     return cfg
 
 
+def _engine(url: str):
+    from sqlalchemy import pool
+
+    from .database_url import parse
+    return parse(url).engine(poolclass=pool.NullPool)  # libpq's URLs too (several hosts, service, ...)
+
+
+def _run(step, url: str, revision: str) -> None:
+    engine = _engine(url)
+    try:
+        with engine.begin() as conn:
+            step(make_config(connection=conn), revision)
+    finally:
+        engine.dispose()
+
+
 def upgrade(url: str, revision: str = "head") -> None:
-    command.upgrade(make_config(url), revision)
+    _run(command.upgrade, url, revision)
 
 
 def downgrade(url: str, revision: str) -> None:
-    command.downgrade(make_config(url), revision)
+    _run(command.downgrade, url, revision)
 
 
 def upgrade_connection(connection: Connection, revision: str = "head") -> None:
@@ -44,7 +59,7 @@ def upgrade_connection(connection: Connection, revision: str = "head") -> None:
 
 
 def current(url: str) -> str | None:
-    engine = create_engine(url)
+    engine = _engine(url)
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()

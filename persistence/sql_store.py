@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
 
 from . import migrate
+from .database_url import parse
 from .delayed_store import SqlDelayed
 from .sql_definitions import SqlDefinitions
 from .sql_messages import SqlMessages
@@ -27,12 +28,12 @@ SQLITE_SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
 
 def _make_engine(url: str, sqlite_synchronous: str) -> Engine:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "postgresql":
-        # pre-ping: after a server restart the pool reconnects instead of failing once more
-        return create_engine(parsed, pool_pre_ping=True)
+    database = parse(url)
+    if database.is_postgres:
+        # pre-ping: after a server restart (or a failover) the pool reconnects instead of failing once more
+        return database.engine(pool_pre_ping=True)
     sync = sqlite_synchronous
-    engine = create_engine(parsed, connect_args={"timeout": 30.0, "check_same_thread": False})
+    engine = create_engine(make_url(url), connect_args={"timeout": 30.0, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -68,7 +69,7 @@ class SqlStore(SqlDefinitions, SqlMessages, SqlStreamLog, SqlDelayed):
         # bump the definitions version and NOTIFY the other nodes, committed with the change)
         self.after_write: Callable[[Connection], None] | None = None
         self._defining = threading.local()
-        self._dialect = make_url(url).get_backend_name()
+        self._dialect = parse(url).backend
         if self._dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"unsupported database backend {self._dialect!r} (sqlite or postgresql)")
         self._sqlite_synchronous = sqlite_synchronous.upper()

@@ -218,12 +218,12 @@ class GroupCommitWriter:
             except Exception as exc:  # reported to the caller, writer keeps running
                 error = exc
                 what = "call" if isinstance(ops[0], _Call) else f"write of {len(ops)} operations"
-                # a database outage fails every batch: one traceback, then one short line each
+                # a database outage fails every batch: one traceback, then one short line per 100
                 self._failures += 1
                 if self._failures == 1:
                     log.error("persistence %s failed: %s", what, exc, exc_info=exc)
                 else:
-                    log.error("persistence %s failed (%d in a row): %s", what, self._failures,
+                    (log.error if self._failures % 100 == 0 else log.debug)("persistence %s failed (%d in a row): %s", what, self._failures,
                               str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             tokens = [op.token for op in ops]
             with self._cond:

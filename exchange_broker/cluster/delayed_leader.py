@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from persistence.delayed_lease import DelayedLease
 
@@ -80,8 +79,7 @@ class DelayedLeader:
     def may_release(self) -> bool:
         """Fire only while no other node may have taken the lease (the heartbeat guard's rule)."""
         node = self.node
-        return node.role == "leader" and node.incarnation == self.fired_as and \
-            time.monotonic() - node.last_beat_ok <= node.stale_after
+        return node.role == "leader" and node.incarnation == self.fired_as and node.lease.may_deliver()
 
     def _stop_firing(self) -> None:
         """This node's lease ended (it was evicted): forget the messages held here (their rows are

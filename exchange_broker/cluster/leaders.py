@@ -9,8 +9,14 @@ what (``persistence/cluster_leaders.py``):
   beat, lets the cluster settle: dead nodes (no beat within the failover timeout) are evicted and
   their queues spread over the live nodes, the fewest-led first;
 * every write of the node's store is fenced by its own row (``node_fence``): once evicted, a node
-  that was only paused cannot write again, and its ``guard`` stops it (exit 1) before it answers a
-  client when its last confirmed beat is older than its lease allows;
+  that was only paused cannot write again;
+* the database going away does not end the node (``db_lease.py``): while its last confirmed beat
+  is younger than its lease allows it serves as usual (writes wait or fail: publishers are nacked
+  or wait for their confirms); past that its ``guard`` holds every client's output (nothing is
+  handed out by two leaders). When a beat gets through again: its row is there -> the held output
+  goes out; its row is gone (evicted meanwhile) -> the connections with held output are closed,
+  every queue it led becomes a placeholder (``Placement.demote_all``) and it registers again as a
+  new incarnation, without a restart;
 * a durable queue declared here is claimed by this node (placement: the declaring node);
 * the definitions mirror (``definitions.py``) runs on every node and reloads the leaders with the
   definitions: ``placement.py`` turns each placeholder this node now leads into the real queue
@@ -25,13 +31,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Awaitable, Callable
 
 from persistence.cluster_leaders import Leader, LeadersStore, node_fence
 from persistence.cluster_store import ClusterStore, NodeNameInUse
 from sqlalchemy.exc import SQLAlchemyError
 
-from exchange_broker.cluster.node import ClusterStartError, beat_forever, cancel_task, guard_stale, leave
+from exchange_broker.cluster.db_lease import DbLease
+from exchange_broker.cluster.node import ClusterStartError, beat_forever, cancel_task, leave
 
 log = logging.getLogger("exchange_broker.cluster")
 
@@ -53,10 +60,13 @@ class LeaderNode:
         self.link_secret = ""
         self.leaders: dict[tuple[str, str], Leader] = {}
         self.members: dict[str, str] = {}  # live nodes -> AMQP address, read each beat
-        self.on_lost: Callable[[str], None] = lambda why: None  # fail-stop (the application exits)
+        self.on_evicted: Callable[[], int] = lambda: 0  # drop what it led (Placement.demote_all)
+        self.drain: Callable[[], Awaitable[None]] | None = None  # every store write issued so far is done
         self.listening: tuple[str, str] = ("", "")
-        self.last_beat_ok = time.monotonic()
-        self.stale_after = max(failover_timeout - heartbeat, heartbeat)
+        self.lease = DbLease(time.monotonic, heartbeat, failover_timeout)
+        self.server = None  # the AMQP listener (app.py): its held output is released or dropped
+        self._rejoining = False
+        self._lost_at = self.lease.now()
         self._task: asyncio.Task | None = None
         self.mirror = None  # the definitions and leaders, followed (serve_leaders.py)
         self.links = None   # this node's links to the others (links.Links)
@@ -69,19 +79,21 @@ class LeaderNode:
     async def join(self) -> None:
         """Register (the schema must be there) and read the link secret and the leaders."""
         amqp, admin = self.listening
-        started = time.monotonic()
+        started = self.lease.beat_started()
         try:
             self.incarnation = await self._call(
                 lambda: self.store.register(self.name, role="leader", amqp_address=amqp, admin_address=admin))
         except NodeNameInUse as exc:
             raise ClusterStartError(str(exc)) from None
-        self.last_beat_ok = started
+        self.lease.rejoined(started)
         await self._call(self.leaders_store.resume, self.name)  # what it led before a restart, unless moved
         self.link_secret = await self._call(self.leaders_store.link_secret)
         self.leaders = await self._call(self.leaders_store.leaders)
         self.members = await self._call(self.leaders_store.members)
         log.info("cluster: node '%s' joined (incarnation %d); every node serves, each queue has a leader",
                  self.name, self.incarnation)
+        if self._task is None:  # it beats from now: a slow start must not get it evicted
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="cluster-heartbeat")
 
     def fence(self, conn) -> None:
         """``SqlStore.write_fence``: every write of this node's store, in its own transaction."""
@@ -111,25 +123,41 @@ class LeaderNode:
                         "time; the queue of node '%s' is kept", queue, vhost, leader.node, leader.node)
         return leader, elsewhere
 
-    def guard(self) -> None:
-        """Before this node answers a client: it may have been evicted (see ``guard_stale``)."""
-        guard_stale(self, "leader", "other nodes may lead its queues now")
+    def guard(self) -> bool:
+        """Before this node writes to a client: False (hold the output) while it may have been
+        evicted (its last confirmed beat older than its lease allows: paused, cut off from the
+        database) or is rejoining."""
+        if self.lease.may_deliver():
+            return True
+        self.watch()
+        return False
+
+    def watch(self) -> None:
+        """A beat that hangs (nothing comes back) counts as a lost database once the lease may have
+        run out (called every heartbeat, beside the beats, and by the guard)."""
+        if self.lease.overdue() and self.lease.beat_failed():
+            self._log_lost("no heartbeat came back")
 
     # -- serving ----------------------------------------------------------------------------------------
     async def serving(self, broker, amqp_address: str, admin_address: str) -> None:
         self.broker = broker
+        self.listening = (amqp_address, admin_address)  # (a rejoin registers with them)
         await self._call(lambda: self.store.update_node(self.name, self.incarnation, amqp_address=amqp_address,
                                                         admin_address=admin_address))
         await self._call(self.store.bump_definitions)  # the other nodes learn where its queues are
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="cluster-heartbeat")
 
     async def _run(self) -> None:
-        await beat_forever(self.heartbeat, self.tick)
+        async def watching() -> None:
+            self.watch()
+        watcher = asyncio.get_running_loop().create_task(beat_forever(self.heartbeat, watching))
+        try:
+            await beat_forever(self.heartbeat, self.tick)
+        finally:
+            watcher.cancel()
 
     async def tick(self) -> None:
-        await self.renew()
-        if self.role != "leader":
-            return
+        if not await self.renew() or self.lease.state != "held":
+            return  # the database is away (logged once) or the node has just joined again
         try:
             self.members = await self._call(self.leaders_store.members)
             evicted, given = await self._call(self.leaders_store.settle, self.name)
@@ -143,25 +171,61 @@ class LeaderNode:
             log.info("cluster: %d queue(s) without a live leader given to live nodes", given)
 
     async def renew(self) -> bool:
-        started = time.monotonic()
+        started = self.lease.beat_started()
         try:
             version = self.mirror.version if self.mirror is not None and self.mirror.version >= 0 else None
             beat = await self._call(self.store.heartbeat, self.name, self.incarnation, version)
         except SQLAlchemyError as exc:
-            log.warning("cluster: heartbeat failed: %s", " ".join(str(exc).split())[:300])
-            return True  # unknown: the guard decides once the lease may have run out
+            if self.lease.beat_failed():
+                self._log_lost(" ".join(str(exc).split())[:300])
+            return True  # unknown: the guard holds the output once the lease may have run out
         if not beat:
-            self._lose("it was removed from the cluster (another node leads its queues now) or restarted elsewhere")
+            await self._rejoin()
             return False
-        self.last_beat_ok = started
+        if self.lease.beat_ok(started):
+            log.warning("cluster: node '%s' reaches the database again after %.1f s; it still leads its queues",
+                        self.name, self.lease.now() - self._lost_at)
+        if self.server is not None and self.lease.may_deliver():
+            self.server.release_held()
         return True
 
-    def _lose(self, why: str) -> None:
-        log.error("cluster: node '%s' stops serving: %s", self.name, why)
-        self.role = "lost"
-        if self._task is not None and self._task is not asyncio.current_task():
-            self._task.cancel()
-        self.on_lost(why)
+    def _log_lost(self, why: str) -> None:
+        self._lost_at = self.lease.now()
+        log.warning("cluster: node '%s' cannot reach the database (%s); it keeps its clients, holds what "
+                    "needs the database and, after %.1f s, every delivery until it is back", self.name, why,
+                    self.lease.stale_after)
+
+    async def _rejoin(self) -> None:
+        """The database is back and this node's row is gone: another node evicted it (its queues
+        may be led elsewhere now). Connections with held output close (it may hold deliveries of
+        those queues), every queue it led becomes a placeholder, and it registers again."""
+        if self._rejoining:
+            return
+        self._rejoining = True
+        try:
+            self.lease.evicted()
+            self.incarnation = None  # every write fails its fence from now (node_fence matches no row)
+            closed = self.server.drop_held() if self.server is not None else 0
+            dropped = self.on_evicted()
+            if self.drain is not None:  # what was issued while it led is written (fenced: failed) first
+                await self.drain()
+            while True:
+                try:
+                    await self.join()
+                    break
+                except (SQLAlchemyError, ClusterStartError) as exc:
+                    log.warning("cluster: rejoining failed (%s); trying again", " ".join(str(exc).split())[:200])
+                    await asyncio.sleep(self.heartbeat)
+            await self._call(self.store.bump_definitions)  # the other nodes learn it is back
+            if self.mirror is not None:
+                self.mirror.request()
+            log.warning("cluster: node '%s' had been removed from the cluster while it could not reach the "
+                        "database; it dropped the %d queue(s) it led and %d connection(s) with held output, "
+                        "and joined again as incarnation %d", self.name, dropped, closed, self.incarnation)
+            if self.server is not None and self.lease.may_deliver():
+                self.server.release_held()
+        finally:
+            self._rejoining = False
 
     # -- views and the end ------------------------------------------------------------------------
     async def nodes(self) -> list[dict]:

@@ -96,9 +96,7 @@ class Placement:
         q = vh.queues.get(queue) if vh is not None else None
         if q is None or q.store_id != queue_id:
             return
-        remote = self.make_remote(self.broker, vhost, queue, {"auto_delete": q.auto_delete, "durable": q.durable,
-                                                              "arguments": encode_args(q.arguments)}, leader)
-        self._swap(vh, q, remote)  # store_id None: the reload replaces it with the stored queue's
+        self.demote(vh, q, leader)  # store_id None: the reload replaces it with the stored queue's
         if self.node.mirror is not None:
             self.node.mirror.request()
 
@@ -163,7 +161,7 @@ class Placement:
                     continue  # declared here a moment ago: the claim is on its way
                 log.error("cluster: queue '%s' in vhost '%s' is led by node '%s': this node's copy is dropped",
                           key[1], key[0], leader.node)
-                self._swap(vh, have, self.make_remote(self.broker, vh.name, key[1], row, leader))
+                self.demote(vh, have, leader, row)
                 counts["demoted"] += 1
             elif have.retarget(leader):
                 counts["retargeted"] += 1
@@ -173,6 +171,28 @@ class Placement:
             log.info("cluster: queues placed: %(promoted)d now led here, %(demoted)d dropped, "
                      "%(retargeted)d led by another node now", counts)
         return counts
+
+    def demote(self, vh, q, leader, row: dict | None = None):
+        """The one way a queue this node led stops being led here: a placeholder pointed at
+        ``leader`` (None: not known yet; the next read of the definitions points it) stands for it
+        from now on; its consumers get basic.cancel (consumer-cancel-notify) and consume again
+        through the placeholder; its messages stay in the store for the new leader."""
+        if row is None:
+            row = {"auto_delete": q.auto_delete, "durable": q.durable, "arguments": encode_args(q.arguments)}
+        remote = self.make_remote(self.broker, vh.name, q.name, row, leader)
+        self._swap(vh, q, remote)
+        return remote
+
+    def demote_all(self) -> int:
+        """This node was evicted (cut off from the database past its lease): every queue it led
+        is another node's now, or nobody's until the cluster settles. Returns how many."""
+        led = [(vh, q) for vh in self.broker.vhosts.values() for q in list(vh.queues.values())
+               if not self.is_remote(q)]
+        for vh, q in led:
+            self.demote(vh, q, None)
+        for key in [key for key, leader in self.node.leaders.items() if leader.node == self.node.name]:
+            del self.node.leaders[key]
+        return len(led)
 
     def _promote(self, vh, placeholder, row: dict) -> None:
         q = self.broker.make_queue(vh, row["name"], True, None, row["auto_delete"], decode_args(row["arguments"]))

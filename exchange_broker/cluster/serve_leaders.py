@@ -33,6 +33,7 @@ from exchange_broker.cluster.leaders import LINK_USER, LeaderNode
 from exchange_broker.cluster.links import Links
 from exchange_broker.cluster.placement import Placement
 from exchange_broker.cluster.remote import RemoteQueue, address_of
+from exchange_broker.core.ports import Waiter
 from exchange_broker.durability.recovery import decode_args, restore
 
 log = logging.getLogger("exchange_broker.cluster")
@@ -68,7 +69,6 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     loop = asyncio.get_running_loop()
     node = app.cluster = LeaderNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
                                     config.cluster_failover_timeout)
-    node.on_lost = app._lost_cluster_role
     admin = f"{advertised(config.admin_listen_host)}:{config.admin_port}" if config.admin_port else ""
     node.listening = (f"{advertised(config.host)}:{config.port}", admin)
     app.store = await loop.run_in_executor(None, open_shared_store, config.store_url, config.sqlite_synchronous)
@@ -90,6 +90,17 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
                            auto_delete=row["auto_delete"], arguments=decode_args(row["arguments"]))
 
     placement = Placement(node, broker, durability, config.queue_window, make_remote, is_remote)
+    node.on_evicted = placement.demote_all
+
+    async def drain() -> None:
+        durability.flush()
+        done = loop.create_future()
+        waiter = Waiter()
+        waiter.add(lambda _arg, _ok: done.done() or done.set_result(None), None)
+        durability.writer.submit_call(waiter, lambda _store: None)
+        await done
+
+    node.drain = drain
 
     def claim(vhost: str, queue: str, queue_id: int) -> bool:  # the writer thread, before the row
         wanted = placement.for_node(vhost, queue)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from exchange_broker.connection.session import Session
 from exchange_broker.core.auth import is_loopback
+from exchange_broker.protocol.codec import HEARTBEAT_FRAME  # passes a guard's hold: it is no delivery
 from exchange_broker.protocol.constants import CONNECTION_FORCED
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ log = logging.getLogger("exchange_broker.server")
 
 WRITE_HIGH_WATER = 4 * 1024 * 1024  # transport buffer above which a session stops writing deliveries
 PROXY_LINE_MAX = 107  # the longest PROXY protocol v1 line, CRLF included
+HANDSHAKE = ("header", "start", "tune", "open")  # states of a connection that cannot hold a delivery yet
 
 
 class SessionProtocol(asyncio.Protocol):
@@ -59,6 +61,7 @@ class AMQPProtocol(SessionProtocol):
         self.lingering = False  # closed on our side: input is read and dropped until the peer hangs up
         self._linger_timer: asyncio.TimerHandle | None = None
         self._head: bytes | None = b""  # the first bytes, until we know whether a PROXY line leads them
+        self.held: list[bytes] = []  # output a cluster node holds while it may not lead its queues (guard)
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -75,10 +78,26 @@ class AMQPProtocol(SessionProtocol):
 
     def _write(self, data: bytes) -> None:
         guard = self.server.guard
-        if guard is not None:
-            guard()  # a cluster node that may have been replaced stops before it answers
+        if guard is not None and data != HEARTBEAT_FRAME and (self.held or guard() is False):
+            # a cluster node that may no longer lead its queues hands nothing out until it knows;
+            # another node's link is cut instead: that node nacks what it forwarded here and
+            # forwards it to the queues' next leaders
+            if self.session is not None and self.session.user and self.server.broker.is_link_user(self.session.user):
+                self.held = []
+                if self.transport is not None:
+                    self.transport.abort()
+                return
+            self.held.append(data)
+            return
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+            self.last_write = time.monotonic()
+
+    def release_held(self) -> None:
+        """Write what the guard held, in order (the node still leads what it led)."""
+        held, self.held = self.held, []
+        if held and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(held)
             self.last_write = time.monotonic()
 
     def _set_reading(self, on: bool) -> None:
@@ -109,7 +128,7 @@ class AMQPProtocol(SessionProtocol):
             return
         guard = self.server.guard
         if guard is not None:
-            guard()
+            guard()  # an active/standby node that may have been replaced stops before it reads
         if self._head is not None:
             data = self._proxy_header(data)
             if not data:
@@ -199,7 +218,8 @@ class BrokerServer:
         # the node's other protocols' listeners, as the admin API lists them: dicts of protocol
         # ("mqtt", "mqtt/ssl", "http/web-mqtt"), interface and port (app.py adds them)
         self.other_listeners: list[dict] = []
-        # a cluster node's check before it reads from or writes to a client (ClusterNode.guard)
+        # a cluster node's check before it writes to a client (ClusterNode.guard, which ends the
+        # process, or LeaderNode.guard: False holds the output until ``release_held``/``drop_held``)
         self.guard = None
         self._server: asyncio.base_events.Server | None = None
         self._tls_server: asyncio.base_events.Server | None = None
@@ -246,6 +266,22 @@ class BrokerServer:
                     proto.tick(now)
                 except Exception:
                     log.exception("heartbeat tick failed")
+
+    def release_held(self) -> None:
+        for proto in list(self.protocols):
+            proto.release_held()
+
+    def drop_held(self) -> int:
+        """Close (at once, nothing more written) every opened connection with held output: it may
+        hold deliveries of queues other nodes lead now (one still in its handshake holds none: its
+        output goes out with ``release_held``). Returns how many."""
+        dropped = [proto for proto in self.protocols
+                   if proto.held and proto.session is not None and proto.session.conn.state not in HANDSHAKE]
+        for proto in dropped:
+            proto.held = []
+            if proto.transport is not None:
+                proto.transport.abort()
+        return len(dropped)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Close listeners, send connection.close 320 to every client, wait, then cut them."""

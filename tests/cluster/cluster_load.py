@@ -77,6 +77,7 @@ class Publisher(Client):
         self.prefix = name
         self.next = 0
         self.confirmed: list[bytes] = []
+        self.confirm_times: list[float] = []
         self.attempted: bytes | None = None
         self.retried: set[bytes] = set()  # published again after a nack or a lost connection
 
@@ -91,6 +92,7 @@ class Publisher(Client):
             self.attempted = body
             ch.basic_publish("", self.queue, body, PERSISTENT, mandatory=True)  # raises unless confirmed
             self.confirmed.append(body)
+            self.confirm_times.append(time.monotonic())
             self.next += 1
 
 

@@ -8,6 +8,8 @@ from typing import Callable, Iterator
 
 import pytest
 from cluster_support import NodeProcess
+from pg_pair import PgPair
+from tcp_proxy import TcpProxy
 
 
 @pytest.fixture
@@ -25,11 +27,12 @@ def migrated_url(pg_database) -> str:
 
 @pytest.fixture
 def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
-    """nodes(name, *extra_args) -> a started NodeProcess (active or standing by)."""
+    """nodes(name, *extra_args, url=None) -> a started NodeProcess (active or standing by), on
+    ``cluster_url`` unless ``url`` says another way to it (a proxy, a multi-host URL)."""
     started: list[NodeProcess] = []
 
-    def start(name: str, *extra: str) -> NodeProcess:
-        node = NodeProcess(workdir, cluster_url, name, *extra)
+    def start(name: str, *extra: str, url: str | None = None) -> NodeProcess:
+        node = NodeProcess(workdir, url or cluster_url, name, *extra)
         started.append(node)
         return node.start_node()
 
@@ -45,3 +48,30 @@ def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
             for path in sorted(node.workdir.glob(f"node-{node.name}-*.log"))[:-1]:  # earlier runs of it
                 print(f"(run {path.name})\n{path.read_text(errors='replace')[-3000:]}")
             print(node.log()[-6000:])
+
+
+@pytest.fixture
+def pg_pair() -> Iterator[PgPair]:
+    """A real PostgreSQL primary and streaming standby of this test only (``pg_pair.py``)."""
+    pair = PgPair()
+    try:
+        yield pair.setup()
+    finally:
+        pair.close()
+
+
+@pytest.fixture
+def tcp_proxy() -> Iterator[Callable[[str, int], TcpProxy]]:
+    """tcp_proxy(host, port) -> a started TcpProxy to that address; all closed at teardown."""
+    proxies: list[TcpProxy] = []
+
+    def make(host: str, port: int) -> TcpProxy:
+        proxy = TcpProxy(host, port).start()
+        proxies.append(proxy)
+        return proxy
+
+    try:
+        yield make
+    finally:
+        for proxy in proxies:
+            proxy.close()
