@@ -339,6 +339,13 @@ class Session(Credentials, BackPressure):
         self.channels.clear()
         self._handle_closing(event, drop_draining=False)
 
+    def settling(self) -> bool:
+        """Publishes still wait for the store: a confirm not yet sent or a reply held for it."""
+        if self.closed or self.conn.state != "opened":
+            return False
+        return self.conn.held or self.dirty or any(
+            run[2] == 0 for ch in self.channels.values() for run in getattr(ch, "unconfirmed", ()))
+
     def _handle_closing(self, event, drop_draining: bool = True) -> None:
         """Release every resource of this connection (idempotent)."""
         for ch in list(self.channels.values()):

@@ -29,6 +29,9 @@ PROXY_LINE_MAX = 107  # the longest PROXY protocol v1 line, CRLF included
 HANDSHAKE = ("header", "start", "tune", "open")  # states of a connection that cannot hold a delivery yet
 
 
+SETTLE_GRACE = 3.0  # s a stopping broker waits for the confirms of what was published before it
+
+
 class SessionProtocol(asyncio.Protocol):
     """What every client protocol of the broker (AMQP here, MQTT in ``mqtt_listener.py``) does
     the same way: hand the transport's flow control to its session, close on request, and never
@@ -289,6 +292,7 @@ class BrokerServer:
             self._server.close()
         if self._tls_server is not None:
             self._tls_server.close()
+        await settle(self.protocols, SETTLE_GRACE)
         for proto in list(self.protocols):
             if proto.session is not None and proto.session.conn.state == "opened":
                 proto.session.server_close(CONNECTION_FORCED, "broker shutdown")
@@ -300,6 +304,19 @@ class BrokerServer:
             await self._server.wait_closed()
         if self._tls_server is not None:
             await self._tls_server.wait_closed()
+
+
+async def settle(protocols: set, grace: float) -> None:
+    """Before the closes: no more input is read, and what was published already gets its confirm
+    (or held reply) once the store has it, for up to ``grace`` s. A close sent first would drop
+    those confirms while the messages are stored anyway: a publisher (a shovel) would send them
+    again."""
+    for proto in list(protocols):
+        proto._set_reading(False)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(
+            p.session is not None and p.session.settling() for p in list(protocols)):
+        await asyncio.sleep(0.01)
 
 
 async def drain(protocols: set, grace: float) -> None:
