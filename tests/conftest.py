@@ -20,6 +20,42 @@ from exchange_broker.testing import ThreadedBroker
 os.environ["EXCHANGE_BROKER_ADMIN_PORT"] = "0"
 
 
+def pytest_addoption(parser, pluginmanager):
+    """pyproject's addopts run the suite on pytest-xdist workers (``-n``, ``--dist``). Without
+    xdist (``-p no:xdist``, or not installed) those options are accepted and do nothing, so the
+    same command runs the suite in one process."""
+    if not pluginmanager.has_plugin("xdist"):
+        group = parser.getgroup("xdist", "pytest-xdist is not active: these options are ignored")
+        group.addoption("--numprocesses", dest="numprocesses", default=None)
+        group.addoption("--dist", dest="dist", default="no")
+
+
+# Tests that must not be spread over xdist workers (``--dist=loadgroup`` runs each group on one
+# worker, one test after another; the other worker goes on with the rest of the suite):
+# - cluster nodes (0.2 s heartbeats, 2 s failover timeout) and the cluster benchmarks: two of
+#   these tests side by side starve each other's nodes of CPU on 2 cores and nodes get evicted;
+# - tests on the session's SparkSession: one JVM for the run, not one per worker.
+SERIAL_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster"}
+SESSION_GROUPS = {"spark": "spark-jvm"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Put each test in its xdist group (see SERIAL_GROUPS); a module whose tests share a
+    module-scoped fixture is one group, so that fixture is set up once, on one worker."""
+    root = Path(str(config.rootpath))
+    for item in items:
+        path = Path(str(item.path)).relative_to(root).as_posix()
+        group = next((g for prefix, g in SERIAL_GROUPS.items() if path.startswith(prefix)), None)
+        defs = getattr(item, "_fixtureinfo", None)
+        defs = defs.name2fixturedefs if defs is not None else {}
+        if group is None:
+            group = next((g for name, g in SESSION_GROUPS.items() if name in defs), None)
+        if group is None and any(d and d[-1].scope == "module" for d in defs.values()):
+            group = path
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def broker():
     """A fresh in-process broker per test, on an ephemeral port."""
