@@ -3,6 +3,7 @@ scaffolding several test directories need (helpers themselves are in eb_support.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -32,8 +33,9 @@ def pytest_addoption(parser, pluginmanager):
 
 # Tests that must not be spread over xdist workers (``--dist=loadgroup`` runs each group on one
 # worker, one test after another; the other worker goes on with the rest of the suite):
-# - cluster nodes (0.2 s heartbeats, 2 s failover timeout) and the cluster benchmarks: two of
-#   these tests side by side starve each other's nodes of CPU on 2 cores and nodes get evicted;
+# - cluster nodes (tests/cluster/cluster_support.py: short heartbeats and failover timeout) and
+#   the cluster benchmarks: two of these tests side by side (6 node processes and their load on
+#   2 cores) starve nodes of CPU until they are evicted (seen with --dist=load: 11 of 29 failed);
 # - tests on the session's SparkSession: one JVM for the run, not one per worker.
 SERIAL_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster"}
 SESSION_GROUPS = {"spark": "spark-jvm"}
@@ -42,9 +44,8 @@ SESSION_GROUPS = {"spark": "spark-jvm"}
 def pytest_collection_modifyitems(config, items):
     """Put each test in its xdist group (see SERIAL_GROUPS); a module whose tests share a
     module-scoped fixture is one group, so that fixture is set up once, on one worker."""
-    root = Path(str(config.rootpath))
     for item in items:
-        path = Path(str(item.path)).relative_to(root).as_posix()
+        path = item.nodeid.split("::", 1)[0]  # relative to the rootdir: tests/cluster/test_x.py
         group = next((g for prefix, g in SERIAL_GROUPS.items() if path.startswith(prefix)), None)
         defs = getattr(item, "_fixtureinfo", None)
         defs = defs.name2fixturedefs if defs is not None else {}
@@ -54,6 +55,53 @@ def pytest_collection_modifyitems(config, items):
             group = path
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_configure(config):
+    if (hasattr(config, "workerinput") or not config.pluginmanager.has_plugin("xdist")
+            or not config.getoption("numprocesses")):
+        return  # an xdist worker (it inherits EB_TEST_LOCK_DIR), or no workers at all
+    config._eb_lock_dir = tempfile.mkdtemp(prefix="eb-test-locks-")
+    os.environ["EB_TEST_LOCK_DIR"] = config._eb_lock_dir  # before the workers are started
+
+
+def pytest_unconfigure(config):
+    lock_dir = getattr(config, "_eb_lock_dir", None)
+    if lock_dir is not None:
+        shutil.rmtree(lock_dir, ignore_errors=True)
+        os.environ.pop("EB_TEST_LOCK_DIR", None)
+
+
+def _locked(path: str, mode: int):
+    """``path`` opened and flock()ed with ``mode``; closing the file releases the lock."""
+    fh = open(path, "a")
+    fcntl.flock(fh, mode)
+    return fh
+
+
+@pytest.fixture(autouse=True)
+def _exclusive_or_shared(request) -> Iterator[None]:
+    """Under xdist, a test marked ``exclusive`` runs alone: a readers-writer lock across the
+    run's workers (files named after the run's id, in the temp dir). Every other test holds it
+    shared; an exclusive one waits until the running ones end and keeps new ones from starting
+    (through the turnstile, which it keeps shut, so the others taking turns cannot starve it).
+    Held from before the test's function-scoped fixtures are set up until after their teardown.
+    The lock files are in EB_TEST_LOCK_DIR, made by the controlling process for its workers."""
+    locks = os.environ.get("EB_TEST_LOCK_DIR")
+    if locks is None or "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing runs beside
+        yield
+        return
+    base = os.path.join(locks, "run")
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    turnstile = _locked(base + ".turnstile", fcntl.LOCK_EX)
+    lock = _locked(base + ".lock", fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    if not exclusive:
+        turnstile.close()
+    try:
+        yield
+    finally:
+        lock.close()
+        turnstile.close()
 
 
 @pytest.fixture
