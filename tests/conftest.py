@@ -38,12 +38,13 @@ def pytest_addoption(parser, pluginmanager):
 #   timeout) and the cluster benchmarks. Two of these tests side by side (6 node processes and
 #   their load on 2 cores) starve nodes of CPU until they are evicted (seen with --dist=load:
 #   11 of 29 failed), and beside 3 other workers, on a busy machine, nodes were still starved past
-#   a 4.5 s lease: so the group also runs alone (``exclusive``), as in one process;
-# - "spark": the session's SparkSession, one JVM for the run instead of one per worker.
+#   a 4.5 s lease: so the group also runs alone (``exclusive``), as in one process.
+# tests/spark is not one unit: as one, its 176 tests (568 s summed on a busy machine) were the
+# run's long pole on one worker; a worker that runs a Spark module starts its own JVM (the
+# session-scoped ``spark`` fixture), up to one per worker.
 # (pytest-xdist's own --dist=loadgroup cannot do this here: with pytest 9.2 it ignores the
 # xdist_group marks, pytest-xdist issue #1386.)
-SCOPE_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster",
-                "tests/spark/": "spark"}
+SCOPE_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster"}
 EXCLUSIVE_GROUPS = {"cluster"}
 
 
