@@ -3,6 +3,7 @@ scaffolding several test directories need (helpers themselves are in eb_support.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -18,6 +19,111 @@ from exchange_broker.testing import ThreadedBroker
 # `exchange-broker serve` started by tests must never take the admin API's default port, which is
 # the RabbitMQ management port on these machines: off unless a test asks for its own (tests/admin).
 os.environ["EXCHANGE_BROKER_ADMIN_PORT"] = "0"
+
+
+def pytest_addoption(parser, pluginmanager):
+    """pyproject's addopts run the suite on pytest-xdist workers (``-n``, ``--dist``). Without
+    xdist (``-p no:xdist``, or not installed) those options are accepted and do nothing, so the
+    same command runs the suite in one process."""
+    if not pluginmanager.has_plugin("xdist"):
+        group = parser.getgroup("xdist", "pytest-xdist is not active: these options are ignored")
+        group.addoption("--numprocesses", dest="numprocesses", default=None)
+        group.addoption("--dist", dest="dist", default="no")
+
+
+# How the suite is spread over xdist workers (``--dist=loadscope``, pyproject's addopts): each
+# test module is one unit of work, run on one worker (its module-scoped fixtures set up once), and
+# these groups of modules are one unit each:
+# - "cluster": real cluster nodes (tests/cluster/cluster_support.py: short heartbeats and failover
+#   timeout) and the cluster benchmarks. Two of these tests side by side (6 node processes and
+#   their load on 2 cores) starve nodes of CPU until they are evicted (seen with --dist=load:
+#   11 of 29 failed), and beside 3 other workers, on a busy machine, nodes were still starved past
+#   a 4.5 s lease: so the group also runs alone (``exclusive``), as in one process.
+# tests/spark is not one unit: as one, its 176 tests (568 s summed on a busy machine) were the
+# run's long pole on one worker; a worker that runs a Spark module starts its own JVM (the
+# session-scoped ``spark`` fixture), up to one per worker.
+# (pytest-xdist's own --dist=loadgroup cannot do this here: with pytest 9.2 it ignores the
+# xdist_group marks, pytest-xdist issue #1386.)
+SCOPE_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster"}
+EXCLUSIVE_GROUPS = {"cluster"}
+
+
+def _scope_of(nodeid: str) -> str:
+    """The unit of work of a test: its group, or its module (``tests/x/test_y.py``)."""
+    path = nodeid.split("::", 1)[0]
+    return next((group for prefix, group in SCOPE_GROUPS.items() if path.startswith(prefix)), path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadscope":
+        return None  # another --dist asked for on the command line: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleOrGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope_of(nodeid)
+
+    return ModuleOrGroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _scope_of(item.nodeid) in EXCLUSIVE_GROUPS:
+            item.add_marker(pytest.mark.exclusive)
+
+
+def pytest_configure(config):
+    if (hasattr(config, "workerinput") or not config.pluginmanager.has_plugin("xdist")
+            or not config.getoption("numprocesses")):
+        return  # an xdist worker (it inherits EB_TEST_LOCK_DIR), or no workers at all
+    config._eb_lock_dir = tempfile.mkdtemp(prefix="eb-test-locks-")
+    os.environ["EB_TEST_LOCK_DIR"] = config._eb_lock_dir  # before the workers are started
+
+
+def pytest_unconfigure(config):
+    lock_dir = getattr(config, "_eb_lock_dir", None)
+    if lock_dir is not None:
+        shutil.rmtree(lock_dir, ignore_errors=True)
+        os.environ.pop("EB_TEST_LOCK_DIR", None)
+
+
+def _locked(path: str, mode: int):
+    """``path`` opened and flock()ed with ``mode``; closing the file releases the lock."""
+    fh = open(path, "a")
+    fcntl.flock(fh, mode)
+    return fh
+
+
+_held: list = []  # the open lock files while this worker holds the run's lock
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist, a test marked ``exclusive`` runs alone: a readers-writer lock across the
+    run's workers (flock on files in EB_TEST_LOCK_DIR, made by the controlling process). Every
+    other test holds it shared; an exclusive one waits until the running ones end and keeps new
+    ones from starting (through the turnstile, which it keeps shut, so the others taking turns
+    cannot starve it), and keeps it for the exclusive tests that come next on its worker (a group
+    of them runs alone as a whole). Held around the test's setup, call and teardown."""
+    locks = os.environ.get("EB_TEST_LOCK_DIR")
+    if locks is None or "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing runs beside
+        yield
+        return
+    exclusive = item.get_closest_marker("exclusive") is not None
+    if not _held:
+        turnstile = _locked(os.path.join(locks, "turnstile"), fcntl.LOCK_EX)
+        _held.append(_locked(os.path.join(locks, "lock"), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH))
+        if exclusive:
+            _held.append(turnstile)
+        else:
+            turnstile.close()
+    try:
+        yield
+    finally:
+        if not (exclusive and nextitem is not None and nextitem.get_closest_marker("exclusive")):
+            while _held:
+                _held.pop().close()
 
 
 @pytest.fixture

@@ -11,12 +11,15 @@ live in tests/conftest.py.
 - ``SubprocessBroker``: the real ``python -m exchange_broker serve`` as a child process
 - PostgreSQL: ``pg_admin_engine``, ``pg_reachable``, ``create_pg_database``,
   ``drop_pg_database``, ``table_names``
+- Node.js: ``node_with_amqplib`` (amqplib installed once into tests/interop/node)
 """
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -464,3 +467,35 @@ def table_names(url: str) -> set[str]:
         return set(inspect(engine).get_table_names()) - {"alembic_version"}
     finally:
         engine.dispose()
+
+
+# -- Node.js -----------------------------------------------------------------------------------------
+
+NODE_DIR = REPO / "tests" / "interop" / "node"
+
+
+def node_with_amqplib() -> str:
+    """The path of ``node``, with amqplib installed in tests/interop/node (see ``node_with``)."""
+    return node_with(NODE_DIR, "amqplib", "the amqplib tests")
+
+
+def node_with(node_dir: Path, package: str, purpose: str) -> str:
+    """The path of ``node``, with ``package`` installed in ``node_dir`` (``npm ci`` from its
+    package-lock.json on first use). Skips the test when node/npm are missing or npm fails (the
+    registry unreachable). An exclusive lock on a file beside node_modules makes test processes
+    running side by side (pytest-xdist workers) install it once, one after the other."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip(f"node and npm are needed for {purpose} (not on PATH)")
+    with open(node_dir / ".npm-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if not (node_dir / "node_modules" / package / "package.json").exists():
+            try:
+                proc = subprocess.run([npm, "ci", "--silent", "--no-audit", "--no-fund"], cwd=node_dir,
+                                      capture_output=True, text=True, timeout=300)
+            except subprocess.TimeoutExpired:
+                pytest.skip("`npm ci` timed out (npm registry unreachable?)")
+            if proc.returncode != 0:
+                pytest.skip(f"`npm ci` failed with exit code {proc.returncode} (npm registry "
+                            f"unreachable?): {(proc.stderr or proc.stdout).strip()[-500:]}")
+    return node

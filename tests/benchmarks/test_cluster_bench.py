@@ -20,7 +20,7 @@ def test_cluster_bench_reports_each_node_count_the_passed_on_cost_and_failover(p
     out = subprocess.run([sys.executable, str(BENCH / "cluster_bench.py"), "--cluster-mode", "active-standby",
                           "--pg-url", PG_URL, "--runs", "1",
                           "--nodes", "1,2", "--queues", "2", "--seconds", "2", "--scenario", "transient",
-                          "--heartbeat", "0.2", "--failover-timeout", "1", "--messages", "50"],
+                          "--heartbeat", "0.5", "--failover-timeout", "3", "--messages", "50"],
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])

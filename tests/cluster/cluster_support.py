@@ -14,8 +14,11 @@ import pika
 from persistence.cluster_store import ClusterStore
 from eb_support import REPO, SubprocessBroker, pika_connect, steady_port, subprocess_env, wait_until
 
-HEARTBEAT = "0.2"  # seconds: short beats and timeout keep the tests quick
-FAILOVER_TIMEOUT = "2"
+# seconds: short enough that failovers keep the tests quick, long enough that a node that gets no
+# CPU for a few seconds (a busy 2-core machine, the suite's other xdist workers) is not evicted:
+# with 0.2 s / 2 s, nodes starved for 2.2-5 s were evicted in the middle of tests
+HEARTBEAT = "0.5"
+FAILOVER_TIMEOUT = "5"
 
 
 class NodeProcess(SubprocessBroker):

@@ -34,14 +34,14 @@ def stores(url):
 
 
 def test_nodes_register_beat_and_die_by_the_database_clock(stores):
-    a, b = stores(0.3), stores(30)
+    a, b = stores(2), stores(30)  # 2 s: "alive" below must not race a's timeout on a busy machine
     inc_a = a.register("a", role="active", amqp_address="127.0.0.1:1", admin_address="")
     inc_b = b.register("b", role="standby")
     assert (inc_a, inc_b) == (1, 1)
     view = {n["name"]: n for n in b.nodes()}
     assert view["a"]["alive"] and view["b"]["alive"]
     assert view["a"]["amqp_address"] == "127.0.0.1:1" and view["a"]["role"] == "active"
-    # a stops beating: dead once its own failover timeout (0.3 s) has passed on the server's clock
+    # a stops beating: dead once its own failover timeout (2 s) has passed on the server's clock
     assert wait_until(lambda: not {n["name"]: n for n in b.nodes()}["a"]["alive"], timeout=10)
     assert b.heartbeat("b", inc_b)
     assert b.live_nodes() == ["b"]
@@ -62,7 +62,7 @@ def test_a_live_node_name_is_not_taken_by_another_process(stores, url):
 
 
 def test_lease_epochs_grow_with_each_new_leader_and_fence_a_stale_one(stores):
-    a, b = stores(0.4), stores(0.4)
+    a, b = stores(2), stores(2)  # the lease must outlast the steps before the "pause" on a busy machine
     first = a.take_lease("/", "q", "a")
     assert first.epoch == 1 and first.leader == "a"
     assert a.take_lease("/", "q", "a").epoch == 1  # renewing our own lease keeps the epoch
@@ -152,7 +152,7 @@ def test_definitions_version_notifies_and_a_gap_reloads(stores):
 def test_every_write_of_a_fenced_store_fails_and_writes_nothing(stores, url):
     from persistence.cluster_store import STORE_LEASE, fence
     from persistence.sql_store import SqlStore
-    a, b = stores(0.3), stores(0.3)
+    a, b = stores(2), stores(2)  # the lease must outlast store.open() and the first write on a busy machine
     lease = a.take_lease(*STORE_LEASE, "a")
     store = SqlStore(url)
     store.open()

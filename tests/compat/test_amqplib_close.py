@@ -11,30 +11,13 @@ missing).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from eb_support import node_with_amqplib
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "node" / "burst_close.js"
-AMQPLIB_DIR = HERE.parent / "interop" / "node"
-
-
-def node_with_amqplib() -> str:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed for the amqplib tests (not on PATH)")
-    if not (AMQPLIB_DIR / "node_modules" / "amqplib" / "package.json").exists():
-        try:
-            proc = subprocess.run([npm, "ci", "--silent", "--no-audit", "--no-fund"], cwd=AMQPLIB_DIR,
-                                  capture_output=True, text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            pytest.skip("`npm ci` timed out (npm registry unreachable?)")
-        if proc.returncode != 0:
-            pytest.skip(f"`npm ci` failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-400:]}")
-    return node
 
 
 def run_burst(port: int, rounds: int) -> list[dict]:

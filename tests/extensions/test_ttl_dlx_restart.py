@@ -4,6 +4,7 @@ A message's expiry is stored as an absolute time (expires_ms), so time spent dow
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 import pika
@@ -18,6 +19,18 @@ def _confirmed_channel(conn):
     ch = conn.channel()
     ch.confirm_delivery()  # confirms of persistent messages on durable queues come after the commit
     return ch
+
+
+def _stored(bp, *queues: str) -> int:
+    """Message rows of ``queues`` in the broker's SQLite store (what a restart recovers)."""
+    db = sqlite3.connect(bp.workdir / "data" / "broker.db")
+    try:
+        marks = ", ".join("?" * len(queues))
+        return db.execute(f"SELECT count(*) FROM messages WHERE queue_id IN "
+                          f"(SELECT id FROM queues WHERE vhost = '/' AND name IN ({marks}))",
+                          queues).fetchone()[0]
+    finally:
+        db.close()
 
 
 def _close(conn):
@@ -102,7 +115,8 @@ def test_dead_lettered_persistent_messages_on_a_durable_dlq_survive_a_restart(br
         ch.basic_reject(tag, requeue=False)
     for i in range(3):  # 3 ready + 3 transient > 5: m5 is dropped (maxlen)
         ch.basic_publish("", src, b"transient", pika.BasicProperties(delivery_mode=1))
-    time.sleep(0.5)  # dead-lettering has no confirm: give the store a moment to commit
+    # dead-lettering has no confirm: wait for the store to hold the six copies
+    assert wait_until(lambda: _stored(bp, dlq) == 6, 15), _stored(bp, dlq)
     bp.kill()
     _close(conn)
 
@@ -151,7 +165,7 @@ def test_expired_while_down_goes_through_a_dlx_exchange_declared_later_and_stays
     assert [b for _m, _p, b in got] == [b"doomed"]
     assert got[0][1].headers["x-death"][0]["reason"] == "expired"
     assert get_all(ch, src) == []
-    time.sleep(0.5)  # let the ack reach the store
+    assert wait_until(lambda: _stored(bp, src, dlq) == 0, 15)  # the ack reached the store
     bp.kill()
     _close(conn)
 

@@ -7,39 +7,19 @@ Skipped, with the reason, when node/npm are missing or the npm registry cannot b
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from eb_support import NODE_DIR, node_with_amqplib
 from exchange_broker.testing import ThreadedBroker
 
-NODE_DIR = Path(__file__).parent / "node"
 SCRIPT = NODE_DIR / "amqplib_roundtrip.js"
 
 
-def _ensure_amqplib() -> str:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed for the amqplib interop test (not on PATH)")
-    if not (NODE_DIR / "node_modules" / "amqplib" / "package.json").exists():
-        lock = (NODE_DIR / "package-lock.json").exists()
-        cmd = [npm, "ci" if lock else "install", "--silent", "--no-audit", "--no-fund"]
-        try:
-            proc = subprocess.run(cmd, cwd=NODE_DIR, capture_output=True, text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"`npm {' '.join(cmd[1:])}` timed out (npm registry unreachable?)")
-        if proc.returncode != 0:
-            pytest.skip(f"`npm {' '.join(cmd[1:])}` failed with exit code {proc.returncode} "
-                        f"(npm registry unreachable?): "
-                        f"{(proc.stderr or proc.stdout).strip()[-500:]}")
-    return node
-
-
 def test_amqplib_roundtrip(broker):
-    node = _ensure_amqplib()
+    node = node_with_amqplib()
     proc = subprocess.run([node, str(SCRIPT), f"amqp://guest:guest@127.0.0.1:{broker.port}/"],
                           cwd=NODE_DIR, capture_output=True, text=True, timeout=60)
     lines = proc.stdout.strip().splitlines()
@@ -86,7 +66,7 @@ def test_amqplib_roundtrip(broker):
 def test_amqplib_over_ipv6():
     # Node 18+ resolves localhost to ::1 where the resolver says so: the default listener (::)
     # takes it, as RabbitMQ's does (tests/compat/test_ipv6.py)
-    node = _ensure_amqplib()
+    node = node_with_amqplib()
     with ThreadedBroker(host="::") as tb:
         proc = subprocess.run([node, str(SCRIPT), f"amqp://guest:guest@[::1]:{tb.port}/"],
                               cwd=NODE_DIR, capture_output=True, text=True, timeout=60)
