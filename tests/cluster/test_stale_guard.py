@@ -1,6 +1,7 @@
-"""The stale-node guard (cluster/node.guard_stale), for both node kinds: a node whose last
+"""The stale-node guard of an active/standby node (cluster/node.guard_stale): a node whose last
 confirmed heartbeat is older than its lease allows stops before it answers a client. Pure: the
-nodes are built but never join (no database is reached)."""
+node is built but never joins (no database is reached). A node of a cluster with per-queue
+leaders holds its output instead of stopping: cluster/db_lease.py, tests/cluster/test_db_lease.py."""
 
 from __future__ import annotations
 
@@ -8,13 +9,11 @@ import time
 
 import pytest
 
-from exchange_broker.cluster.leaders import LeaderNode
 from exchange_broker.cluster.node import ClusterNode
 
 
 @pytest.mark.parametrize("kind, serving, then", [
     (ClusterNode, "active", "another node may serve now"),
-    (LeaderNode, "leader", "other nodes may lead its queues now"),
 ])
 def test_a_node_stops_once_its_last_beat_is_older_than_its_lease(kind, serving, then):
     # the store's engine is made but never connects (nothing here touches the database)

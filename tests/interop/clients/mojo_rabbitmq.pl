@@ -18,6 +18,8 @@ $amqp->on(open => sub {
     print "connected\n";
     my $channel = Mojo::RabbitMQ::Client::Channel->new();
     $channel->catch($fail->('channel'));
+    my $other = Mojo::RabbitMQ::Client::Channel->new();
+    $other->catch($fail->('second channel'));
     $channel->on(open => sub {
         my ($channel) = @_;
         my $declare = $channel->declare_queue(queue => $queue, durable => 1);
@@ -42,24 +44,21 @@ $amqp->on(open => sub {
                     $msg->{header}->headers->{n}, "\n";
                 $channel->ack(delivery_tag => $msg->{deliver}->method_frame->delivery_tag)->deliver;
                 if ($got == 3) {
-                    # on a second channel: the client waits for a reply to basic.ack on this one
-                    # (against RabbitMQ too) and would take the delete-ok for it
-                    my $other = Mojo::RabbitMQ::Client::Channel->new();
-                    $other->catch($fail->('second channel'));
-                    $other->on(open => sub {
-                        my $delete = $other->delete_queue(queue => $queue);
-                        $delete->catch($fail->('delete'));
-                        $delete->on(success => sub { print "deleted\nok\n"; $exit = 0; Mojo::IOLoop->stop });
-                        $delete->deliver;
-                    });
-                    $self->open_channel($other);
+                    # on the second channel, opened before consuming: the client waits for a
+                    # reply to basic.ack on this one (against RabbitMQ too) and would take the
+                    # delete-ok for it
+                    my $delete = $other->delete_queue(queue => $queue);
+                    $delete->catch($fail->('delete'));
+                    $delete->on(success => sub { print "deleted\nok\n"; $exit = 0; Mojo::IOLoop->stop });
+                    $delete->deliver;
                 }
             });
             $consumer->deliver;
         });
         $declare->deliver;
     });
-    $self->open_channel($channel);
+    $other->on(open => sub { $self->open_channel($channel) });
+    $self->open_channel($other);
 });
 $amqp->connect();
 Mojo::IOLoop->start unless Mojo::IOLoop->is_running;
