@@ -21,13 +21,15 @@ _PLAIN = {(q, d): codec.encode_properties({"delivery_mode": 2 if q else 1,
                                            "headers": {QOS_HEADER: q, DUP_HEADER: d}})
           for q in (0, 1) for d in (False, True)}
 _PLAIN_QOS = {raw: q for (q, _d), raw in _PLAIN.items()}
+_PLAIN_QUICK = {raw: codec.quick_properties(raw) for raw in _PLAIN.values()}  # parsed once, not per publish
 
 
 def to_amqp(pkt: p.Publish, qos: int) -> Message:
     """The message routed on amq.topic, made by ``message.from_wire`` as every publish path's
     (persistence from the QoS, the per-message TTL from MQTT 5's message expiry)."""
     if not pkt.properties:
-        return from_wire(topics.EXCHANGE, topics.to_routing_key(pkt.topic), _PLAIN[qos, pkt.dup], pkt.payload)
+        raw = _PLAIN[qos, pkt.dup]
+        return from_wire(topics.EXCHANGE, topics.to_routing_key(pkt.topic), raw, pkt.payload, quick=_PLAIN_QUICK[raw])
     headers: dict = {QOS_HEADER: qos, DUP_HEADER: pkt.dup}
     props: dict = {"delivery_mode": 2 if qos else 1}
     mp = pkt.properties
