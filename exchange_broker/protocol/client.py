@@ -23,6 +23,7 @@ from exchange_broker.protocol.constants import (ACCESS_REFUSED, BASIC_ACK, BASIC
                                                 PROTOCOL_HEADER, UNEXPECTED_FRAME)
 from exchange_broker.protocol.deliveries import Delivery, content_body, content_header, content_method
 from exchange_broker.protocol.errors import AMQPError
+from exchange_broker.protocol.output import Outbox
 from exchange_broker.protocol.frames import (HEARTBEAT_FRAME, ack_frame, content_at, frame_at, method_id_at, nack_frame,
                                              publish_frames)
 
@@ -37,7 +38,7 @@ CAPABILITIES = {"publisher_confirms": True, "consumer_cancel_notify": True, "bas
                 "connection.blocked": True, "authentication_failure_close": True}
 
 
-class ClientConnection:
+class ClientConnection(Outbox):
     """One client connection's protocol state: PLAIN login to ``vhost``.
 
     ``heartbeat``: the interval asked for in seconds; the smaller of it and the server's wins, 0
@@ -62,17 +63,6 @@ class ClientConnection:
         self._content: dict[int, Delivery] = {}  # channel -> content being assembled
 
     # -- output --------------------------------------------------------------------------------
-    def data_to_send(self) -> bytes:
-        if not self._out:
-            return b""
-        data = b"".join(self._out)
-        self._out.clear()
-        return data
-
-    @property
-    def has_output(self) -> bool:
-        return bool(self._out)
-
     def send_method(self, channel: int, method: commands.Frame) -> None:
         self._out.append(codec.method_frame(channel, method))
 

@@ -29,7 +29,7 @@ from exchange_broker.protocol.content import (PUBLISH_BATCH, Content, TooLarge, 
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.protocol.frames import FRAME_HEAD, frame
 from exchange_broker.protocol.handshake import SilentRefusal, header_verdict, login_refusal, tuned
-from exchange_broker.protocol.output import Output, Slot
+from exchange_broker.protocol.output import Outbox, Output, Slot
 
 __all__ = ["ServerConnection", "TooLarge"]
 
@@ -54,7 +54,7 @@ def _channel_frame(channel: int, payload: bytes) -> bytes:
     return frame(FRAME_METHOD, channel, payload)
 
 
-class ServerConnection:
+class ServerConnection(Outbox):
     """One client connection's protocol state."""
 
     def __init__(self, authenticate: Authenticate, open_vhost: OpenVhost, server_properties: dict,
@@ -88,17 +88,6 @@ class ServerConnection:
         self.capabilities: dict = {}
 
     # -- output --------------------------------------------------------------------------------
-    def data_to_send(self) -> bytes:
-        if not self._out:
-            return b""
-        data = b"".join(self._out)
-        self._out.clear()
-        return data
-
-    @property
-    def has_output(self) -> bool:
-        return bool(self._out)
-
     @property
     def held(self) -> bool:
         """Output waits behind a held reply (see ``hold``)."""

@@ -15,6 +15,24 @@ from __future__ import annotations
 from collections import deque
 
 
+class Outbox:
+    """A mixin of both connection ends: ``_out`` holds frames ready to write, in order;
+    ``data_to_send`` takes them all."""
+
+    _out: list[bytes]
+
+    def data_to_send(self) -> bytes:
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out.clear()
+        return data
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self._out)
+
+
 class Slot:
     """A place in one channel's output, filled later (with bytes, or with nothing)."""
 
