@@ -36,9 +36,8 @@ class Credentials:
         try:
             user = self._login_result(result, self.auth_mechanism)
         except AMQPError as err:
-            self._handle_closing(self.conn.refuse_login(err))
-            if self.conn.state == "closed":  # no authentication_failure_close: just hang up (RabbitMQ)
-                self._finish = 0.25
+            for event in self.conn.refuse_login(err):  # as a refusal in the handshake is handled
+                self._handle(event)
             self.mark_dirty()
             return
         self.conn.login_done(user)

@@ -458,9 +458,10 @@ class ServerConnection(Outbox):
         else:  # decided later (a backend asks the network): input waits until login_done or a close
             self.state = "login"
 
-    def refuse_login(self, err: AMQPError) -> ev.Closing:
-        """A login decided later was refused: closed as a refusal in the handshake is."""
-        return self._fail(login_refusal(err, self.capabilities))
+    def refuse_login(self, err: AMQPError) -> list:
+        """A login decided later was refused: the events of a refusal in the handshake."""
+        closing = self._fail(login_refusal(err, self.capabilities))
+        return [closing, ev.Closed(abrupt=True)] if self.state == "closed" else [closing]
 
     def login_done(self, user: str) -> None:
         """The login allowed ``user``: connection.tune; the caller then feeds what waited (events(b""))."""
