@@ -165,7 +165,8 @@ class DelayedExchanges:
         # may_release() -> False while this node must not route due messages (its lease may be gone)
         self.elsewhere = None
         self.may_release = lambda: True
-        self.stats = {"forwarded": 0, "delayed": 0, "released": 0, "dropped": 0, "loaded": 0, "loads": 0,
+        self.stats = {"forwarded": 0, "retried": 0,
+                      "delayed": 0, "released": 0, "dropped": 0, "loaded": 0, "loads": 0,
                       "parked": 0, "spilled": 0, "loaded_overdue": 0,
                       # routed later than due (broker side, from the timer's point of view)
                       "late_over_10ms": 0, "late_over_50ms": 0, "late_max_ms": 0.0}
@@ -322,7 +323,7 @@ class DelayedExchanges:
             return
         # a copy was not stored (its queue's leader refused it or could not be reached): route it
         # again a moment later; its row stays until then (a copy that did arrive gets a duplicate)
-        self.stats["retried"] = self.stats.get("retried", 0) + 1
+        self.stats["retried"] += 1
         again = (math.ceil(self._now_ms()) + RETRY_ROUTE_MS,) + e[1:]
         heapq.heappush(self.heap, again)
         self.mem_stored += 1
