@@ -108,7 +108,7 @@ class EventExchange:
         peer = sess.peer or ("", 0)
         self.emit("connection.created", {
             "name": sess.name, "peer_host": peer[0], "peer_port": peer[1], "node": NODE,
-            "protocol": "AMQP 0-9-1", "user": sess.user, "vhost": sess.vhost.name,
+            "protocol": "AMQP 0-8" if conn.amqp_0_8 else "AMQP 0-9-1", "user": sess.user, "vhost": sess.vhost.name,
             "timeout": conn.heartbeat, "frame_max": conn.frame_max, "channel_max": conn.channel_max,
             "client_properties": dict(sess.client_properties or {}),
             "connected_at": int(time.time() * 1000), "user_who_performed_action": sess.user})

@@ -57,7 +57,7 @@ def conn_info(ctx: AdminContext, sess) -> dict:
         cp = {}
     state = conn.state
     info = {
-        "name": conn_name(ctx, sess), "node": NODE, "type": "network", "protocol": "AMQP 0-9-1",
+        "name": conn_name(ctx, sess), "node": NODE, "type": "network", "protocol": "AMQP 0-8" if conn.amqp_0_8 else "AMQP 0-9-1",
         "vhost": sess.vhost.name if sess.vhost is not None else None, "user": sess.user,
         "user_who_performed_action": sess.user,
         "host": listener.host if listener is not None else None,

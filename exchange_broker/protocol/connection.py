@@ -1,4 +1,4 @@
-"""Sans-IO server side of an AMQP 0-9-1 connection.
+"""Sans-IO server side of an AMQP 0-9-1 connection (and of AMQP 0-8's few differences: amqp_0_8.py).
 
 ``events(bytes)`` yields events one frame at a time (``receive_data`` returns them as a list);
 ``data_to_send()`` returns the bytes to write. Frames are handled strictly in arrival order: a
@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 from pamqp import commands
 
-from exchange_broker.protocol import codec
+from exchange_broker.protocol import amqp_0_8, codec
 from exchange_broker.protocol import events as ev
 from exchange_broker.protocol.constants import (ACCESS_REFUSED, BASIC_ACK, BASIC_NACK, BASIC_PUBLISH,
                                                 BASIC_REJECT, CHANNEL_ERROR, CHANNEL_MAX_DEFAULT, FRAME_BODY,
@@ -24,7 +24,8 @@ from exchange_broker.protocol.constants import (ACCESS_REFUSED, BASIC_ACK, BASIC
                                                 FRAME_MAX_DEFAULT, FRAME_METHOD, FRAME_MIN_SIZE,
                                                 HEARTBEAT_DEFAULT, MAX_MESSAGE_SIZE_DEFAULT, NOT_ALLOWED,
                                                 PROTOCOL_HEADER, UNEXPECTED_FRAME)
-from exchange_broker.protocol.content import (PUBLISH_BATCH, Content, TooLarge, content_body, content_header,
+from exchange_broker.protocol.content import (PUBLISH_BATCH, Content, Ignore, TooLarge, content_body, content_for,
+                                             content_header,
                                              publishes as _publishes, whole_content as _whole_content)
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.protocol.frames import FRAME_HEAD, frame
@@ -86,6 +87,8 @@ class ServerConnection(Outbox):
         self.channels: dict[int, Content | None] = {}   # open channel -> pending content
         self.closing_channels: set[int] = set()
         self.capabilities: dict = {}
+        self.amqp_0_8 = False  # the client opened with an AMQP 0-8 header (amqp_0_8.py)
+        self._open_ok = _OPEN_OK_PAYLOAD
 
     # -- output --------------------------------------------------------------------------------
     @property
@@ -147,12 +150,15 @@ class ServerConnection(Outbox):
             self.state = "closed"
             return ev.Closing(err.code, err.text, False)
         self._output.drop_held()  # replies still waiting for the store are not sent after a close
-        self._out.append(codec.method_frame(0, commands.Connection.Close(
-            err.code, err.reply_text, err.class_id, err.method_id)))
+        self._out.append(self._conn_frame(codec.method_frame(0, commands.Connection.Close(
+            err.code, err.reply_text, err.class_id, err.method_id))))
         self.state = "closing"
         self.channels.clear()
         self.closing_channels.clear()
         return ev.Closing(err.code, err.text, False)
+
+    def _conn_frame(self, data: bytes) -> bytes:
+        return amqp_0_8.connection_frame(data) if self.amqp_0_8 else data
 
     def close_channel(self, channel: int, err: AMQPError) -> None:
         """Server-initiated channel close after a soft error; frames until close-ok are dropped."""
@@ -251,7 +257,7 @@ class ServerConnection(Outbox):
                         batch = []
                     try:
                         self._frame(ftype, channel, payload, out)
-                    except _Ignore:
+                    except Ignore:
                         pass
                     if out:
                         events = out[:]
@@ -309,13 +315,18 @@ class ServerConnection(Outbox):
             return False
         del buf[:8]
         self.state = "start"
-        props = dict(self._server_properties)
-        self.send_method(0, commands.Connection.Start(0, 9, props, self.mechanisms, "en_US"))
+        props, version = dict(self._server_properties), (0, 9)
+        if verdict == "0-8":
+            self.amqp_0_8, self._open_ok = True, amqp_0_8.CHANNEL_OPEN_OK
+            props, version = amqp_0_8.server_properties(props), amqp_0_8.VERSION
+        self.send_method(0, commands.Connection.Start(*version, props, self.mechanisms, "en_US"))
         return True
 
     def _frame(self, ftype: int, channel: int, payload: bytes, out: list) -> None:
         if ftype == FRAME_METHOD:
             if channel == 0:
+                if self.amqp_0_8:  # connection.close and close-ok are numbered 60 and 61 there
+                    payload = amqp_0_8.connection_method(payload)
                 self._connection_method(codec.decode_method(payload), out)
                 return
             if self.state != "opened":
@@ -340,7 +351,7 @@ class ServerConnection(Outbox):
                         raise AMQPError(NOT_ALLOWED, f"number of channels opened ({opened}) has reached "
                                         f"the negotiated channel_max ({self.channel_max})", hard=True)
                     self.channels[channel] = None
-                    out.append(ev.ChannelOpened(channel, _channel_frame(channel, _OPEN_OK_PAYLOAD)))
+                    out.append(ev.ChannelOpened(channel, _channel_frame(channel, self._open_ok)))
                     return
                 raise AMQPError(CHANNEL_ERROR, f"expected 'channel.open' on channel {channel}",
                                 mid >> 16, mid & 0xFFFF, hard=True)
@@ -348,6 +359,11 @@ class ServerConnection(Outbox):
                 raise AMQPError(UNEXPECTED_FRAME, f"expected content header for class 60, got "
                                 f"method frame instead on channel {channel}", mid >> 16, mid & 0xFFFF,
                                 hard=True)
+            if self.amqp_0_8 and mid in amqp_0_8.DIFFERENT:
+                payload = amqp_0_8.as_0_9_1(mid, payload)
+                if payload is None:  # access.request
+                    self._output.add(channel, _channel_frame(channel, amqp_0_8.ACCESS_REQUEST_OK))
+                    return
             if mid == BASIC_PUBLISH:
                 exchange, rk, mandatory, immediate = codec.decode_publish(payload)
                 self.channels[channel] = Content(exchange, rk, mandatory, immediate)
@@ -371,31 +387,15 @@ class ServerConnection(Outbox):
             else:
                 out.append(ev.Method(channel, codec.decode_method(payload)))
         elif ftype == FRAME_HEADER:
-            content_header(self.channels, channel, self._content_for(channel, "content header"), payload,
+            content_header(self.channels, channel, content_for(self, channel, "content header"), payload,
                            self.max_message_size, out)
         elif ftype == FRAME_BODY:
-            content_body(self.channels, channel, self._content_for(channel, "content body"), payload, out)
+            content_body(self.channels, channel, content_for(self, channel, "content body"), payload, out)
         elif ftype == FRAME_HEARTBEAT:
             if channel != 0:
                 raise AMQPError(UNEXPECTED_FRAME, f"heartbeat frame on channel {channel}", hard=True)
         else:
             raise AMQPError(FRAME_ERROR, f"unknown frame type {ftype}", hard=True)
-
-    def _content_for(self, channel: int, what: str) -> Content:
-        if self.state != "opened":
-            if self.state == "closing":
-                raise _Ignore()
-            raise AMQPError(UNEXPECTED_FRAME, f"{what} frame before connection.open", hard=True)
-        content = self.channels.get(channel, False)
-        if content is False:
-            if channel in self.closing_channels:
-                raise _Ignore()
-            raise AMQPError(UNEXPECTED_FRAME, f"expected method frame, got non method frame ({what}) "
-                            f"on channel {channel}, which is not open", hard=True)
-        if content is None:
-            raise AMQPError(UNEXPECTED_FRAME, f"expected method frame, got non method frame "
-                            f"({what}) instead on channel {channel}", hard=True)
-        return content
 
     # -- connection class ------------------------------------------------------------------------
     def _connection_method(self, method, out: list) -> None:
@@ -403,12 +403,12 @@ class ServerConnection(Outbox):
         state = self.state
         if idx == _CONN_CLOSE:
             if state == "closing":
-                self.send_method(0, commands.Connection.CloseOk())
+                self._out.append(self._conn_frame(_CONN_CLOSE_OK_FRAME))
                 return
             self.state = "closed"
             self.channels.clear()
             self.closing_channels.clear()
-            out.append(ev.Closing(method.reply_code, method.reply_text, True, _CONN_CLOSE_OK_FRAME))
+            out.append(ev.Closing(method.reply_code, method.reply_text, True, self._conn_frame(_CONN_CLOSE_OK_FRAME)))
             out.append(ev.Closed())
             return
         if idx == _CONN_CLOSE_OK:
@@ -479,10 +479,6 @@ class ServerConnection(Outbox):
 
 
 _REPLYING = frozenset({ev.ChannelOpened, ev.ChannelClosed, ev.Closing})  # events with a reply after them
-
-
-class _Ignore(Exception):
-    """Raised internally for frames that belong to a channel being closed."""
 
 
 class _FrameError(AMQPError):

@@ -2,6 +2,9 @@
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"  # AMQP 0-9's header, served as 0-9-1 (as RabbitMQ)
+# AMQP 0-8: what most 0-8 clients send ("1 1 8 0"), and the header of the 0-8 spec as published
+# ("1 1 9 1", sent by py-amqplib and others asking for 0-8); rabbit_reader serves both as 0-8
+PROTOCOL_HEADERS_0_8 = (b"AMQP\x01\x01\x08\x00", b"AMQP\x01\x01\x09\x01")
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2

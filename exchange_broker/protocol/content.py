@@ -38,6 +38,29 @@ class Content:
         self.quick = None     # codec.quick_properties of the header: (delivery_mode, priority, flags)
 
 
+class Ignore(Exception):
+    """Raised internally for frames that belong to a channel being closed."""
+
+
+def content_for(conn, channel: int, what: str) -> Content:
+    """The content in progress a header or body frame of ``channel`` belongs to (``conn``: the
+    server connection); Ignore for a channel being closed, AMQPError 505 where none can be."""
+    if conn.state != "opened":
+        if conn.state == "closing":
+            raise Ignore()
+        raise AMQPError(UNEXPECTED_FRAME, f"{what} frame before connection.open", hard=True)
+    content = conn.channels.get(channel, False)
+    if content is False:
+        if channel in conn.closing_channels:
+            raise Ignore()
+        raise AMQPError(UNEXPECTED_FRAME, f"expected method frame, got non method frame ({what}) "
+                        f"on channel {channel}, which is not open", hard=True)
+    if content is None:
+        raise AMQPError(UNEXPECTED_FRAME, f"expected method frame, got non method frame "
+                        f"({what}) instead on channel {channel}", hard=True)
+    return content
+
+
 def content_header(channels: dict, channel: int, content: Content, payload: bytes, max_message_size: int,
                    out: list) -> None:
     if content.have_header:

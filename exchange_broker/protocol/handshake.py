@@ -4,19 +4,22 @@ served, what a tune-ok may ask for, how a refused login is told."""
 from __future__ import annotations
 
 from exchange_broker.protocol.constants import (ACCESS_REFUSED, FRAME_MIN_SIZE, NOT_ALLOWED, PROTOCOL_HEADER,
-                                                PROTOCOL_HEADER_0_9)
+                                                PROTOCOL_HEADER_0_9, PROTOCOL_HEADERS_0_8)
 from exchange_broker.protocol.errors import AMQPError
 
-# AMQP 0-9's header is answered in 0-9-1 as RabbitMQ does (its version negotiation: connection.start
-# says 0-9 either way, and the clients that send it, aioamqp and Net::AMQP, cope)
-SERVED_HEADERS = (PROTOCOL_HEADER, PROTOCOL_HEADER_0_9)
+# The protocol each served header gets (rabbit_reader's version negotiation). AMQP 0-9's header is
+# answered in 0-9-1: connection.start says 0-9 either way, and the clients that send it (aioamqp,
+# Net::AMQP) cope. The 0-8 headers get AMQP 0-8 (protocol/amqp_0_8.py: Mono's RabbitMQ.Client).
+SERVED_HEADERS = {PROTOCOL_HEADER: "0-9-1", PROTOCOL_HEADER_0_9: "0-9-1",
+                  **{header: "0-8" for header in PROTOCOL_HEADERS_0_8}}
 
 
-def header_verdict(buf: bytes) -> bool | None:
-    """True: a header served here; False: refuse (answer PROTOCOL_HEADER, close); None: wait."""
+def header_verdict(buf: bytes) -> str | bool | None:
+    """The protocol ("0-9-1" or "0-8") of a header served here; False: refuse (answer
+    PROTOCOL_HEADER, close); None: wait for more bytes."""
     if len(buf) < 8 and any(h.startswith(buf) for h in SERVED_HEADERS):
         return None
-    return buf[:8] in SERVED_HEADERS
+    return SERVED_HEADERS.get(bytes(buf[:8]), False)
 
 
 class SilentRefusal(AMQPError):

@@ -34,7 +34,7 @@ def test_0_9_header_gets_connection_start_and_a_working_connection(broker):
 def test_other_headers_still_get_the_0_9_1_header_and_a_closed_socket(broker):
     client = RawClient(broker.port, handshake=False)
     try:
-        client.send_raw(b"AMQP\x01\x01\x08\x00")  # AMQP 0-8: not spoken here
+        client.send_raw(b"AMQP\x01\x01\x00\x0a")  # AMQP 0-10: not spoken here
         client.sock.settimeout(10)
         assert client.sock.recv(8) == b"AMQP\x00\x00\x09\x01"
         assert client.closed_by_peer()

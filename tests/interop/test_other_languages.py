@@ -1,6 +1,6 @@
 """Clients in other languages, as Debian packages them, against the broker on a free port: Perl's
 AnyEvent::RabbitMQ and Mojo::RabbitMQ::Client, rabbitmq-c's amqp-tools, Ruby's Bunny, PHP's php-amqplib, Go's amqp091-go and
-RabbitMQ's Java client. Each script in tests/interop/clients/ connects, declares, publishes (with
+RabbitMQ's Java client, and Mono's RabbitMQ.Client (.NET, over AMQP 0-8 and 0-9). Each script in tests/interop/clients/ connects, declares, publishes (with
 confirms where the client has them), consumes and acks, and prints what it saw; the same scripts
 print the same against RabbitMQ 3.10. Skipped, with the reason, when the language or the client
 package is missing (.ci/run installs them)."""
@@ -128,3 +128,21 @@ def test_java_amqp_client(broker, tmp_path):
     classpath = os.pathsep.join([str(tmp_path), *map(str, JARS)])
     queue = uniq("java")
     _expect_roundtrip(_run([java, "-cp", classpath, "JavaClient", "127.0.0.1", str(broker.port), queue]), queue, "java")
+
+
+MONO_CLIENT = Path("/usr/lib/mono/4.5/RabbitMQ.Client.dll")
+
+
+@pytest.mark.parametrize("protocol", [None, "AMQP_0_9"], ids=["amqp-0-8", "amqp-0-9"])
+def test_mono_rabbitmq_client(broker, tmp_path, protocol):
+    # the .NET client as Debian ships it: it opens with AMQP 0-8 unless told otherwise
+    mcs, mono = _need("mcs", "Mono RabbitMQ.Client"), _need("mono", "Mono RabbitMQ.Client")
+    if not MONO_CLIENT.exists():
+        pytest.skip(f"{MONO_CLIENT} missing (Debian: libmono-rabbitmq4.0-cil)")
+    exe = tmp_path / "MonoClient.exe"
+    _run([mcs, f"-r:{MONO_CLIENT}", f"-out:{exe}", str(CLIENTS / "mono" / "MonoClient.cs")], timeout=300)
+    queue = uniq("mono")
+    lines = _run([mono, str(exe), "127.0.0.1", str(broker.port), queue, *([protocol] if protocol else [])])
+    assert lines == [f"connected exchange-broker {'0-9' if protocol else '0-8'}", f"declared {queue}", "committed 3"] + \
+        [f"got mono {i} text/plain n={i} key=n.{i}" for i in (1, 2, 3)] + \
+        ["get empty", "again again redelivered=True", "purged 0", "deleted 0", "ok"]

@@ -204,7 +204,6 @@ def test_amqp_0_9_header_is_answered_in_0_9_1():
 
 @pytest.mark.parametrize("header", [
     b"AMQP\x00\x00\x09\x00",       # AMQP 0-9 (not 0-9-1)
-    b"AMQP\x01\x01\x08\x00",       # AMQP 0-8 (RabbitMQ 3.x speaks it; this broker does not)
     b"AMQP\x01\x01\x00\x0a",       # AMQP 0-10 style
     b"AMQP\x00\x01\x00\x00",       # AMQP 1.0
     b"HTTP/1.1",
