@@ -49,6 +49,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         self.prefetch = 0            # basic.qos global=false: limit for each new consumer
         self.global_prefetch = 0     # basic.qos global=true: limit shared by the channel
         self.global_unacked = 0
+        self._turn = 0               # where _dispatch_consumers starts next
         self.closed = False
         self._confirm_init()
         self._tx_init()
@@ -161,9 +162,14 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         sess.mark_dirty()
 
     def _dispatch_consumers(self) -> None:
-        for q in {c.queue for c in self.consumers.values()}:
-            if q.wants_dispatch:
-                q.dispatch()
+        """Offer the channel's freed capacity to its consumers' queues, starting one further each
+        time: RabbitMQ's limiter varies the order it notifies queues in, so that none is left behind."""
+        queues = list(dict.fromkeys(c.queue for c in self.consumers.values()))
+        if queues:
+            self._turn = turn = (self._turn + 1) % len(queues)
+            for q in queues[turn:] + queues[:turn]:
+                if q.wants_dispatch:
+                    q.dispatch()
 
     # -- acknowledgements ----------------------------------------------------------------------------
     def ack(self, kind: int, delivery_tag: int, multiple: bool, requeue: bool) -> None:
@@ -247,11 +253,12 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 q.reject(msg)
         for q, msgs in to_requeue.items():
             q.requeue(msgs)
+        if self.global_prefetch:  # the channel's freed capacity goes to its queues in turn
+            self._dispatch_consumers()
+            return
         for q in touched:
             if q.wants_dispatch:
                 q.dispatch()
-        if self.global_prefetch:
-            self._dispatch_consumers()
 
     # -- basic.* -------------------------------------------------------------------------------------
     def _basic_qos(self, m) -> None:

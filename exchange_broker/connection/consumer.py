@@ -32,13 +32,13 @@ class Consumer:
         ch = self.channel
         if not ch.session.writable or ch.closed:  # socket, channel
             return False
-        if self.no_ack:
-            return True
-        if self.prefetch and self.unacked >= self.prefetch:
-            return False
+        # the channel's limit (basic.qos global=true) holds back no-ack consumers too, though their
+        # deliveries do not count against it (rabbit_limiter's can_send)
         if ch.global_prefetch and ch.global_unacked >= ch.global_prefetch:
             return False
-        return True
+        if self.no_ack:
+            return True
+        return not (self.prefetch and self.unacked >= self.prefetch)
 
     def blocked_by_socket(self) -> bool:
         """The client's connection cannot take more output (not a prefetch limit)."""

@@ -322,9 +322,14 @@ class Broker:
         waiter = None
         rejected = False
         first = True
+        expires = msg.expires_ms  # as routed: one queue's TTL, stamped on msg, must not reach the copies
         for q in queues:
-            m = msg if first else msg.copy()
-            first = False
+            if first:
+                m = msg
+                first = False
+            else:
+                m = msg.copy()
+                m.expires_ms = expires
             w = q.enqueue(m, publisher, m.ttl)
             if w is not None:  # different waiters (another node's confirm): all must fire
                 waiter = w if waiter is None or waiter is w else Waiter.all(waiter, w)

@@ -6,7 +6,7 @@ tests/extensions/test_ttl.py."""
 from __future__ import annotations
 
 import pytest
-from sansio import B, Q, SansIOClient
+from sansio import B, E, Q, SansIOClient
 
 from exchange_broker.assembly import make_broker
 from exchange_broker.core.clock import ManualClock
@@ -218,3 +218,17 @@ def test_x_expires_is_restarted_by_get_and_redeclare_and_held_off_by_a_consumer(
     assert queue(client, "q") is not None
     clock.advance(0.002)
     assert queue(client, "q") is None
+
+
+def test_one_queues_ttl_does_not_reach_the_copies_routed_to_other_queues(client, clock):
+    # the copy for a later queue was made after the first queue had stamped its TTL on the message:
+    # a queue without TTL then dropped it (found by the Java client's DeadLetterExchange.deadLetterTwice)
+    client.call(E.Declare(exchange="fan", exchange_type="fanout"), 1)
+    declare(client, "short", **{"x-message-ttl": 1})
+    declare(client, "keep")
+    for name in ("short", "keep"):
+        client.call(Q.Bind(queue=name, exchange="fan"), 1)
+    client.publish("", b"m", exchange="fan")
+    clock.advance(10)
+    assert queue(client, "short").message_count == 0
+    assert queue(client, "keep").message_count == 1 and client.get("keep").body == b"m"

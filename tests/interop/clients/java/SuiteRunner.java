@@ -1,0 +1,51 @@
+// Runs test classes of the RabbitMQ Java client's own suite (JUnit 4) against whatever broker
+// answers on localhost:5672, leaving out the tests that drive the broker's host rather than the
+// protocol: they call rabbitmqctl or make (close a connection from the server side, restart the
+// node, change user tags), which neither this broker nor a remote RabbitMQ offers to a client.
+// Prints "PASS name" / "FAIL name: first line of the failure" per test and "SUMMARY run failed".
+// Usage: java SuiteRunner com.rabbitmq.client.test.functional.Routing ...
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.Set;
+import org.junit.runner.Description;
+import org.junit.runner.JUnitCore;
+import org.junit.runner.Request;
+import org.junit.runner.Result;
+import org.junit.runner.manipulation.Filter;
+import org.junit.runner.notification.Failure;
+import org.junit.runner.notification.RunListener;
+
+public class SuiteRunner {
+    static final Set<String> NEEDS_HOST_TOOLS = new HashSet<>(Arrays.asList(
+        "restartingExpiry",        // TTLHandling: make stop-rabbit-on-node start-rabbit-on-node
+        "impersonatedUserId"));    // UserIDHeader: rabbitmqctl set_user_tags
+
+    public static void main(String[] args) throws Exception {
+        JUnitCore core = new JUnitCore();
+        core.addListener(new RunListener() {
+            Set<String> failed = new HashSet<>();
+            @Override public void testFailure(Failure f) {
+                failed.add(f.getDescription().getDisplayName());
+                String message = String.valueOf(f.getException()).split("\n")[0];
+                System.out.println("FAIL " + f.getDescription().getDisplayName() + ": " + message);
+            }
+            @Override public void testFinished(Description d) {
+                if (!failed.contains(d.getDisplayName())) System.out.println("PASS " + d.getDisplayName());
+            }
+        });
+        Filter filter = new Filter() {
+            @Override public boolean shouldRun(Description d) {
+                return d.getMethodName() == null || !NEEDS_HOST_TOOLS.contains(d.getMethodName());
+            }
+            @Override public String describe() { return "tests that need the broker host's tools"; }
+        };
+        int run = 0, failed = 0;
+        for (String name : args) {
+            Result result = core.run(Request.aClass(Class.forName(name)).filterWith(filter));
+            run += result.getRunCount();
+            failed += result.getFailureCount();
+        }
+        System.out.println("SUMMARY " + run + " " + failed);
+        System.exit(0);
+    }
+}
