@@ -5,7 +5,7 @@ fairness); both differed here until the Java suite was run against the broker.""
 from __future__ import annotations
 
 import pytest
-from sansio import B, E, Q, SansIOClient
+from sansio import B, Q, SansIOClient
 
 from exchange_broker.assembly import make_broker
 from exchange_broker.core.clock import ManualClock
