@@ -20,9 +20,10 @@ from typing import Callable
 from exchange_broker.core import permissions as perms
 from exchange_broker.core.backpressure import BackPressure
 from exchange_broker.core.names import logsafe
-from exchange_broker.mqtt import codec, messages, topics
+from exchange_broker.mqtt import codec, topics
 from exchange_broker.mqtt import packets as p
 from exchange_broker.mqtt import subscriptions as subs
+from exchange_broker.mqtt.delivery import DeliveryMethods
 from exchange_broker.mqtt.login import MQTTLogin
 from exchange_broker.mqtt.publish import PublishMethods, Refused
 from exchange_broker.mqtt.subscribe import subscribe, unsubscribe
@@ -30,11 +31,10 @@ from exchange_broker.protocol.errors import AMQPError
 
 log = logging.getLogger("exchange_broker.mqtt")
 
-OUTPUT_BUDGET = 512 * 1024  # delivery bytes queued before the next flush
 UNAUTHENTICATED_MAX = 65_536  # largest packet before CONNECT succeeded
 
 
-class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
+class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, BackPressure):
     def __init__(self, hub, write: Callable[[bytes], None], close: Callable[[], None],
                  peer: tuple = ("", 0), set_reading: Callable[[bool], None] = lambda on: None) -> None:
         self.hub = hub
@@ -71,12 +71,11 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
         self.dirty = False
         self.writable = True
         self.paused = False
-        # deliveries: queue name -> consumer; packet id -> (message or None, consumer or None)
+        # deliveries (delivery.py): queue name -> consumer
         self.consumers: dict[str, subs.MQTTConsumer] = {}
-        self.unacked: dict[int, tuple] = {}
         self.receive_max = hub.settings.prefetch
         self.client_max_packet = 0
-        self._next_id = 0
+        self._init_delivery()
         self.pubacks: deque = deque()   # [packet id, done, reason code] in arrival order
         self.qos2_ids: set[int] = set()  # QoS 2 PUBLISHes routed, awaiting their PUBREL
         self.aliases: dict[int, str] = {}
@@ -202,6 +201,7 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
         if v5:
             self.receive_max = min(settings.prefetch, c.properties.get("receive_maximum", 65535))
             self.client_max_packet = c.properties.get("maximum_packet_size", 0)
+            self.alias_max_out = min(c.properties.get("topic_alias_maximum", 0), settings.topic_alias_maximum)
         if self.will is not None and not topics.valid_name(self.will.topic):
             raise Refused("invalid will topic", p.TOPIC_NAME_INVALID)
         old = self.hub.clients.get((vhost, client_id))
@@ -217,6 +217,7 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
                 if q is not None and not q.consumers:
                     self.vhost.remove_queue(q)
         present = any(subs.queue_name(client_id, qos) in self.vhost.queues for qos in (0, 1))
+        self.filters = subs.own_filters(self)
         self.state = "open"
         self.parser.max_packet_size = self.hub.settings.max_packet_size
         props = {}
@@ -244,78 +245,7 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
         self.send(p.ConnAck(False, code, props))
         self.close(publish_will=False)
 
-    # -- deliveries --------------------------------------------------------------------------------
-    def _packet_id(self) -> int:
-        for _ in range(65535):
-            self._next_id = self._next_id % 65535 + 1
-            if self._next_id not in self.unacked:
-                return self._next_id
-        raise Refused("no packet identifier left", p.RECEIVE_MAXIMUM_EXCEEDED)
-
-    def deliver(self, consumer: subs.MQTTConsumer, msg) -> int:
-        """A message from a subscription queue (``MQTTConsumer.deliver``)."""
-        pub = messages.from_amqp(msg, consumer.qos, self.version)
-        q = msg.queue
-        self.stats_delivered += 1
-        self.broker.stats["deliver"] += 1
-        if self.version == p.V5:
-            self._subscription_ids(consumer, pub)
-        pid = 0
-        if pub.qos:
-            pid = self._packet_id()
-            pub.packet_id, pub.dup = pid, msg.redelivered
-            q.stats_deliver += 1
-            self.unacked[pid] = (msg, consumer)
-            consumer.outstanding.add(pid)
-            consumer.unacked += 1
-            q.unacked += 1
-            if msg.stored:
-                q.delivered(msg)
-        else:
-            q.stats_deliver_no_ack += 1
-            q.settle(msg)
-        self._send_delivery(pub)
-        return pid
-
-    def _subscription_ids(self, consumer, pub: p.Publish) -> None:
-        ids = [sid for f, sid in subs.filters_of(self, consumer.queue.name).items()
-               if sid and topics.matches(f, pub.topic)]
-        if ids:
-            pub.properties["subscription_identifier"] = sorted(ids)
-
-    def _send_delivery(self, pub: p.Publish) -> None:
-        if self.client_max_packet:  # MQTT 5: what the client cannot take is dropped (MQTT-3.1.2-25)
-            if len(codec.encode(pub, self.version)) > self.client_max_packet:
-                if pub.qos:
-                    self._settle(pub.packet_id)
-                return
-        self.send(pub)
-        if self.out_pending > OUTPUT_BUDGET:
-            self.writable = False
-
-    def _settle(self, pid: int) -> None:
-        entry = self.unacked.pop(pid, None)
-        if entry is None:
-            return
-        msg, consumer = entry
-        if msg is None:
-            return  # a retained message: nothing to settle
-        consumer.outstanding.discard(pid)
-        consumer.unacked -= 1
-        q = msg.queue
-        q.unacked -= 1
-        q.stats_ack += 1
-        self.stats_acked += 1
-        self.broker.stats["ack"] += 1
-        q.settle(msg)
-        if q.wants_dispatch:
-            q.dispatch()
-
-    def _redispatch(self) -> None:
-        for c in list(self.consumers.values()):
-            if c.queue.wants_dispatch:
-                c.queue.dispatch()
-
+    # -- deliveries: delivery.py ---------------------------------------------------------------------
     def _consume(self, q, qos: int) -> None:
         if q.name in self.consumers:
             return
