@@ -20,7 +20,7 @@ from typing import Callable
 from exchange_broker.core import permissions as perms
 from exchange_broker.core.backpressure import BackPressure
 from exchange_broker.core.names import logsafe
-from exchange_broker.mqtt import codec, topics
+from exchange_broker.mqtt import codec, topics, vhost_choice
 from exchange_broker.mqtt import packets as p
 from exchange_broker.mqtt import subscriptions as subs
 from exchange_broker.mqtt.delivery import DeliveryMethods
@@ -146,6 +146,8 @@ class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, BackPressure):
             self.close()
         elif t is p.Connect:
             raise Refused("second CONNECT")
+        elif t is p.Auth:  # its CONNECT had no Authentication Method (those are refused): 0x82
+            raise Refused("AUTH packet: enhanced authentication is not supported", p.PROTOCOL_ERROR)
         else:
             raise Refused(f"unexpected {t.__name__.upper()}")
 
@@ -170,14 +172,18 @@ class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, BackPressure):
             client_id, assigned = f"mqtt-{uuid.uuid4().hex}", True
         self.client_id = client_id
         if v5 and "authentication_method" in c.properties:  # no enhanced authentication (AUTH)
-            return self._connack_refused(p.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
+            log.info("MQTT connection %s refused: authentication method '%s' is not supported", self.name,
+                     logsafe(c.properties["authentication_method"]))
+            return self._connack_refused(p.BAD_AUTHENTICATION_METHOD,
+                                         "enhanced authentication (AUTH) is not supported")
+        if v5 and "authentication_data" in c.properties:  # MQTT-3.1.2.11.10: data without a method
+            return self._connack_refused(p.PROTOCOL_ERROR, "authentication data without a method")
         name = c.username
         password = c.password.decode("utf-8", "replace") if c.password is not None else None
-        vhost = settings.vhost
         if name is None and password is None and settings.allow_anonymous:
             name, password = settings.default_user, settings.default_pass
-        if name and ":" in name:  # RabbitMQ: "vhost:user" (an OAuth 2.0 token's user name too)
-            vhost, name = name.split(":", 1)
+        # "vhost:user" (an OAuth 2.0 token's user name too), the port's vhost, or mqtt.vhost
+        vhost, name = vhost_choice.choose(name, self.listener[1], settings)
         # the token is the password, the user name may be anything (RabbitMQ's oauth2 with MQTT)
         self._login(name or "", password or "",
                     lambda result: self._logged_in(c, result, vhost, persistent, expiry, assigned))
