@@ -27,6 +27,7 @@ from exchange_broker.mqtt.delivery import DeliveryMethods
 from exchange_broker.mqtt.login import MQTTLogin
 from exchange_broker.mqtt.publish import PublishMethods, Refused
 from exchange_broker.mqtt.subscribe import subscribe, unsubscribe
+from exchange_broker.mqtt.takeover import TakeoverMethods
 from exchange_broker.protocol.errors import AMQPError
 
 log = logging.getLogger("exchange_broker.mqtt")
@@ -34,7 +35,7 @@ log = logging.getLogger("exchange_broker.mqtt")
 UNAUTHENTICATED_MAX = 65_536  # largest packet before CONNECT succeeded
 
 
-class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, BackPressure):
+class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, TakeoverMethods, BackPressure):
     def __init__(self, hub, write: Callable[[bytes], None], close: Callable[[], None],
                  peer: tuple = ("", 0), set_reading: Callable[[bool], None] = lambda on: None) -> None:
         self.hub = hub
@@ -259,6 +260,8 @@ class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, BackPressure):
         c = subs.MQTTConsumer(self, q, qos)
         self.consumers[q.name] = c
         q.add_consumer(c)
+        if self.broker_in_cluster:
+            self.check_cluster_takeover()
 
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
     def _subscribe(self, s: p.Subscribe) -> None:
@@ -332,6 +335,8 @@ class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, BackPressure):
             self.last_read = now  # not reading: the silence is ours
         elif self.keep_alive and now - self.last_read > 1.5 * self.keep_alive:
             self._refuse(f"keep-alive of {self.keep_alive} s timed out", p.KEEP_ALIVE_TIMEOUT)
+        if self.broker_in_cluster and not self.closed:
+            self.check_cluster_takeover()
 
     def taken_over(self) -> None:
         log.info("MQTT connection %s: client id '%s' taken over by a new connection", self.name,

@@ -75,7 +75,7 @@ class MQTTConsumer:
     """Deliveries of one subscription queue to one MQTT connection."""
 
     __slots__ = ("tag", "session", "queue", "qos", "no_ack", "exclusive", "arguments", "priority",
-                 "active", "unacked", "outstanding")
+                 "active", "unacked", "outstanding", "older")
     channel = None  # no AMQP channel (the admin API shows the connection)
 
     def __init__(self, session, queue, qos: int) -> None:
@@ -90,6 +90,7 @@ class MQTTConsumer:
         self.active = True
         self.unacked = 0
         self.outstanding: set = set()  # packet ids of its deliveries awaiting PUBACK
+        self.older = list(queue.consumers)  # the queue's consumers before this one (takeover.py)
 
     @property
     def prefetch(self) -> int:
@@ -112,8 +113,11 @@ class MQTTConsumer:
         return self.session.deliver(self, msg)
 
     def queue_deleted(self) -> None:
+        """The queue was deleted, or (a queue another node leads) the leader cancelled this
+        consumer: the connection closes, as RabbitMQ's when its consuming queue is gone."""
         self.active = False
         self.session.consumers.pop(self.queue.name, None)
+        self.session.consuming_queue_gone(self.queue)
 
 
 def ensure_queue(session, name: str, durable: bool, expires_ms: int | None):
