@@ -21,6 +21,7 @@ class DeliveryMethods:
         self.unacked: dict[int, tuple] = {}  # packet id -> (message or None, consumer or None)
         self._next_id = 0
         self.filters: dict[str, subs.Options] = {}  # routing key -> own subscription's options
+        self.no_local = self.sub_ids = False        # any own filter with no-local / an identifier
         self.alias_max_out = 0                      # aliases the client takes (its CONNECT's)
         self.aliases_out: dict[str, int] = {}       # topic name -> the alias we gave it
 
@@ -68,7 +69,14 @@ class DeliveryMethods:
             found = [o for o in self.filters.values() if o.qos == qos]
         return [o for o in found if topics.matches(o.topic_filter, topic)]
 
+    def filters_changed(self) -> None:
+        """After ``filters`` changed: what publishes and deliveries must look at."""
+        self.no_local = any(o.no_local for o in self.filters.values())
+        self.sub_ids = any(o.sub_id for o in self.filters.values())
+
     def _apply_options(self, consumer, pub: p.Publish) -> None:
+        if not pub.retain and not self.sub_ids and not consumer.queue.name.startswith(subs.SHARED_PREFIX):
+            return  # nothing to add or clear (the common case)
         matched = self._matched(consumer, pub.topic)
         ids = sorted({o.sub_id for o in matched if o.sub_id})
         if ids:

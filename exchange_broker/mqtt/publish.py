@@ -87,7 +87,7 @@ class PublishMethods:
             return False, None
         msg = messages.to_amqp(pkt, qos)
         has_headers = bool(pkt.properties and "user_property" in pkt.properties)  # else ours only
-        if self.version == p.V5 and self.filters:
+        if self.no_local:
             own = self._no_local_queues(pkt.topic)
             if own:
                 return self._route_except(ex, msg, has_headers, own)

@@ -225,6 +225,7 @@ class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, TakeoverMethods, B
                     self.vhost.remove_queue(q)
         present = any(subs.queue_name(client_id, qos) in self.vhost.queues for qos in (0, 1))
         self.filters = subs.own_filters(self)
+        self.filters_changed()
         self.state = "open"
         self.parser.max_packet_size = self.hub.settings.max_packet_size
         props = {}

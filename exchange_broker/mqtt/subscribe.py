@@ -31,6 +31,7 @@ def subscribe(session, s: p.Subscribe) -> None:
         if code < 0x80 and not topics.shared(sub.topic_filter):
             if sub.retain_handling == 0 or (sub.retain_handling == 1 and new):
                 retained.append((sub, code))
+    session.filters_changed()
     session.send(p.SubAck(s.packet_id, codes))
     for sub, granted in retained:
         for r in session.hub.retained.matching(session.vhost.name, sub.topic_filter):
@@ -98,4 +99,5 @@ def unsubscribe(session, u: p.Unsubscribe) -> None:
                 found = subs.unbind(session, subs.queue_name(session.client_id, qos), topic_filter) or found
             session.filters.pop(topics.to_routing_key(topic_filter), None)
         codes.append(p.SUCCESS if found else p.NO_SUBSCRIPTION_EXISTED)
+    session.filters_changed()
     session.send(p.UnsubAck(u.packet_id, codes))
