@@ -55,6 +55,8 @@ def own_filters(session) -> dict[str, Options]:
     out: dict[str, Options] = {}
     for qos in (0, 1):
         name = queue_name(session.client_id, qos)
+        if name not in session.vhost.queues:  # (a clean session: nothing to scan for)
+            continue
         for rk, args in bindings_of(session, name).items():
             out[rk] = options_from_args(topics.to_topic(rk), qos, args)
     return out
