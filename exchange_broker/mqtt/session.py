@@ -138,6 +138,8 @@ class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, TakeoverMethods, B
         elif t is p.PingReq:
             self.send(p.PingResp())
         elif t is p.Disconnect:
+            if pkt.properties.get("session_expiry_interval") and not self.expiry:  # MQTT-3.14.2-2
+                raise Refused("session expiry in DISCONNECT after none in CONNECT", p.PROTOCOL_ERROR)
             if pkt.code != p.DISCONNECT_WITH_WILL:
                 self.will = None
             if pkt.properties.get("session_expiry_interval") == 0:  # MQTT 5: the session ends now
