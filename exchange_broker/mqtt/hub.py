@@ -31,3 +31,5 @@ class MQTTHub:
         self.sessions: set = set()                         # every open MQTT connection
         self.retained = retained or RetainedStore()
         self.pending_wills: dict[tuple[str, str], object] = {}  # MQTT 5 will delay: its timer
+        self.relays_seen: dict = {}  # a cluster: relayed consumers of subscription queues (takeover.py)
+        self.last_tick = 0.0

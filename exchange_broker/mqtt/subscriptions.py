@@ -62,8 +62,11 @@ def own_filters(session) -> dict[str, Options]:
     return out
 
 
+OWN_PREFIX = "mqtt-subscription-"
+
+
 def queue_name(client_id: str, qos: int) -> str:
-    return f"mqtt-subscription-{client_id}qos{qos}"
+    return f"{OWN_PREFIX}{client_id}qos{qos}"
 
 
 SHARED_PREFIX = "mqtt-shared-"

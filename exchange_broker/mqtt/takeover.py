@@ -14,8 +14,14 @@ client id checks its subscription queues when it starts consuming and then once 
 * a relay consumer that came after it: a newer connection on another node -> this connection is
   taken over (MQTT 5: DISCONNECT 0x8E), its will published, its unacknowledged messages requeued.
 
-Not covered: two connections both on nodes other than the queue's leader, and a clean session
-without subscriptions (no queue to meet at); RabbitMQ keeps a cluster-wide client-id registry.
+When both connections are on nodes other than the leader, the leader sees two relayed consumers
+and no MQTT connection: :func:`cancel_older_relays` (the hub's once-a-second tick) keeps the one
+that came last (in the order its scans first saw them) and cancels the others, whose nodes close
+those connections. Two connections of one client id appearing within the same second on such
+nodes may keep either.
+
+Not covered: a client id without subscriptions (no queue to meet at); RabbitMQ keeps a
+cluster-wide client-id registry.
 """
 
 from __future__ import annotations
@@ -78,3 +84,31 @@ class TakeoverMethods:
             if self.version == p.V5 and self.state == "open":
                 self.send(p.Disconnect(p.SESSION_TAKEN_OVER))
         self.close()
+
+
+def cancel_older_relays(hub) -> None:
+    """On this node, a client's own subscription queue consumed only through other nodes, by
+    more than one of them: the newest relayed consumer stays, the older ones are cancelled."""
+    broker = hub.broker
+    seen = hub.relays_seen  # (vhost, queue) -> its relayed consumers, in the order first seen
+    now: dict = {}
+    for vhost in list(broker.vhosts.values()):
+        for name, q in list(vhost.queues.items()):
+            if not name.startswith(subs.OWN_PREFIX):
+                continue
+            consumers = list(getattr(q, "consumers", ()))
+            if not consumers or any(isinstance(c, subs.MQTTConsumer) for c in consumers):
+                continue  # no consumer, or an MQTT connection here checks for itself
+            relayed = [c for c in consumers if _relayed(broker, c)]
+            if not relayed:
+                continue
+            key = (vhost.name, name)
+            before = seen.get(key, [])
+            order = [c for c in before if c in relayed] + [c for c in relayed if c not in before]
+            for old in order[:-1]:
+                log.info("client id of %s connected on two other nodes: the older connection's consumer is "
+                         "cancelled", logsafe(name))
+                q.remove_consumer(old)
+                old.queue_deleted()
+            now[key] = order[-1:]
+    hub.relays_seen = now

@@ -1,7 +1,8 @@
 """MQTT client-id takeover across the nodes of a cluster with per-queue leaders (real node
 processes on one PostgreSQL database): a persistent session's client id connecting on another
 node closes its older connection (MQTT 5: DISCONNECT 0x8E, the will published), whichever of the
-two nodes leads the session's queue, and the new connection gets the messages."""
+two nodes leads the session's queue, or when neither does (three nodes), and the new connection
+gets the messages."""
 
 from __future__ import annotations
 
@@ -70,6 +71,46 @@ def test_takeover_closes_the_older_connection_on_the_other_node(nodes):
         sender.publish("fleet/roam/2", b"to the third", 1)
         assert [m.payload for m in third.wait_messages(1, timeout=20)] == [b"to the third"]
         assert not third.disconnected.is_set()
+    finally:
+        for c in made:
+            c.close()
+
+
+def test_takeover_between_two_nodes_that_do_not_lead_the_queue(nodes):
+    p1, p2, p3 = steady_port(), steady_port(), steady_port()
+    slow = ("--cluster-mode", "leaders", "--cluster-heartbeat", "1", "--cluster-failover-timeout", "20")
+    n1 = nodes("u1", *slow, "--mqtt-port", str(p1))
+    n2 = nodes("u2", *slow, "--mqtt-port", str(p2))
+    n3 = nodes("u3", *slow, "--mqtt-port", str(p3))
+    assert n1.alive() and n2.alive() and n3.alive()
+    made: list[Paho] = []
+
+    def client(port: int, client_id: str, **kw) -> Paho:
+        c = Paho(port, client_id, version=V5, **kw)
+        made.append(c)
+        return c
+    try:
+        setup = client(p1, "trio", properties=_kept())
+        assert setup.subscribe("trio/#", 1)[0].value == 1  # the queue is led by n1
+        setup.close()
+        for n in (n2, n3):
+            url = (f"http://127.0.0.1:{n.admin_port}/api/bindings/%2F/e/amq.topic/q/"
+                   f"mqtt-subscription-trioqos1")
+
+            def bound() -> bool:
+                r = requests.get(url, auth=("guest", "guest"), timeout=5)
+                return r.status_code == 200 and bool(r.json())
+            assert wait_until(bound, 20)
+        older = client(p2, "trio", properties=_kept(), clean_start=False)
+        assert older.connack[0] is True
+        wait_until(lambda: False, 1.5)  # n1's scan sees n2's relay first
+        newer = client(p3, "trio", properties=_kept(), clean_start=False)
+        assert newer.connack[0] is True
+        assert older.disconnected.wait(10), "the older connection on n2 stayed open"
+        assert older.disconnect_reason.value == 0x8E
+        client(p1, "trio-sender").publish("trio/x", b"to the newest", 1)
+        assert [m.payload for m in newer.wait_messages(1, timeout=20)] == [b"to the newest"]
+        assert not newer.disconnected.is_set()
     finally:
         for c in made:
             c.close()
