@@ -3,10 +3,12 @@ core as RabbitMQ's MQTT plugin maps them, bytes out through ``write`` once per e
 
 A PUBLISH goes through the broker's publish path on ``amq.topic`` (its QoS 1 PUBACK once the
 store has the message, in order); SUBSCRIBE declares and binds the client's subscription queues
-(``subscriptions.py``) and consumes from them through :class:`MQTTConsumer`. The connection is
-closed (nothing else is disturbed) on malformed or oversized input, a packet before CONNECT, a
-second CONNECT, a refused PUBLISH, keep-alive silence (1.5 x the keep-alive) or a takeover by a
-new connection with the same client id; the will is published unless the client said DISCONNECT.
+(``subscriptions.py``) and consumes from them through :class:`MQTTConsumer`; deliveries are
+``delivery.py``'s. The connection is closed (nothing else is disturbed) on malformed or
+oversized input, a packet before CONNECT, a second CONNECT, an AUTH packet, a refused PUBLISH,
+keep-alive silence (1.5 x the keep-alive), its subscription queue deleted, or a takeover by a new
+connection with the same client id (on another node of a cluster: ``takeover.py``); the will is
+published unless the client said DISCONNECT. The vhost is ``vhost_choice.py``'s.
 """
 
 from __future__ import annotations
