@@ -184,7 +184,10 @@ async def start_mqtt(config: Config, broker: Broker, durability) -> list:
     from exchange_broker.mqtt.retained import RetainedStore
     from exchange_broker.server.mqtt_listener import MQTTServer
     from exchange_broker.server.mqtt_websocket import MQTTWebSocketProtocol
-    settings = MQTTSettings(max_packet_size=config.mqtt_max_packet_size, vhost=config.mqtt_vhost)
+    from exchange_broker.mqtt.vhost_choice import parse_port_mapping
+    settings = MQTTSettings(max_packet_size=config.mqtt_max_packet_size, vhost=config.mqtt_vhost,
+                            port_vhosts=parse_port_mapping(config.mqtt_port_to_vhost_mapping),
+                            ignore_colons_in_username=config.mqtt_ignore_colons_in_username)
     retained = RetainedStore()
     if durability is not None:
         from exchange_broker.durability.retained_writes import RetainedWrites, stored_retained

@@ -19,6 +19,7 @@ import socket
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
+from exchange_broker.mqtt.vhost_choice import parse_port_mapping
 from exchange_broker.protocol.constants import (CHANNEL_MAX_DEFAULT, FRAME_MAX_DEFAULT, FRAME_MIN_SIZE,
                                                 HEARTBEAT_DEFAULT, MAX_MESSAGE_SIZE_DEFAULT)
 from exchange_broker.server.resources import parse_size
@@ -98,6 +99,13 @@ class Config:
                                         "(RabbitMQ's mqtt.max_packet_size_authenticated)", group="MQTT")
     mqtt_vhost: str = setting("/", "vhost of MQTT users who do not name one as 'vhost:user' "
                                    "(RabbitMQ's mqtt.vhost)", group="MQTT")
+    mqtt_port_to_vhost_mapping: str | None = setting(
+        None, "vhost of each MQTT listener port for users who do not name one, as JSON: "
+              "'{\"1883\": \"vhost1\", \"8883\": \"vhost2\"}' (RabbitMQ's mqtt_port_to_vhost_mapping "
+              "global parameter)", group="MQTT", default_text="none")
+    mqtt_ignore_colons_in_username: bool = setting(
+        False, "a colon in an MQTT user name is part of the name, not 'vhost:user' "
+               "(RabbitMQ's mqtt.ignore_colons_in_username)", group="MQTT")
     # -- store ------------------------------------------------------------------------------------------
     data_dir: str = setting(DEFAULT_DATA_DIR, "directory of the embedded SQLite store", group="store",
                             commands=(SERVE, DB))
@@ -254,6 +262,10 @@ class Config:
         if self.mqtts_port is not None and not (self.tls_cert and self.tls_key):
             raise ValueError("--mqtts-port needs --tls-cert and --tls-key")
         _check(self, "mqtt_max_packet_size", 2, 268_435_455, "a packet size")
+        try:
+            parse_port_mapping(self.mqtt_port_to_vhost_mapping)
+        except ValueError as err:
+            raise ValueError(f"--mqtt-port-to-vhost-mapping {err}") from None
         _check(self, "frame_max", FRAME_MIN_SIZE, 2 ** 32 - 1, "a frame size")
         _check(self, "stats_sample_interval", 0.1, 3600, "a number of seconds")
         for f in fields(self):

@@ -79,6 +79,8 @@ RABBITMQ_KEYS: dict[str, str | Callable[[str], dict]] = {
     "log.console.level": lambda v: {"log_level": _log_level(v)},
     "log.default.level": lambda v: {"log_level": _log_level(v)},
     "queue_leader_locator": "queue_leader_locator",
+    "mqtt.vhost": "mqtt_vhost",
+    "mqtt.ignore_colons_in_username": "mqtt_ignore_colons_in_username",
 }
 
 _FIELDS = {f.name: f for f in fields(Config)}

@@ -229,6 +229,9 @@ def encode(pkt, version: int = p.V311) -> bytes:
     if t is p.Disconnect:
         body = bytes((pkt.code,)) + props.encode(pkt.properties) if v5 and (pkt.code or pkt.properties) else b""
         return _packet(p.DISCONNECT << 4, body)
+    if t is p.Auth:  # (the server never sends one: for tests and fuzzers)
+        body = bytes((pkt.code,)) + props.encode(pkt.properties) if pkt.code or pkt.properties else b""
+        return _packet(p.AUTH << 4, body)
     if t is p.Connect:
         return _packet(p.CONNECT << 4, _connect_body(pkt))
     if t is p.Subscribe:

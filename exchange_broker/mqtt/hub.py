@@ -3,7 +3,7 @@ client id) for takeover, the retained messages and the settings."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exchange_broker.mqtt.retained import RetainedStore
 
@@ -12,6 +12,8 @@ from exchange_broker.mqtt.retained import RetainedStore
 class MQTTSettings:
     max_packet_size: int = 268_435_455  # RabbitMQ's mqtt.max_packet_size_authenticated default
     vhost: str = "/"                    # RabbitMQ's mqtt.vhost: user names without "vhost:"
+    port_vhosts: dict = field(default_factory=dict)  # mqtt_port_to_vhost_mapping: port -> vhost
+    ignore_colons_in_username: bool = False  # mqtt.ignore_colons_in_username: no "vhost:user"
     default_user: str = "guest"         # mqtt.default_user / default_pass for anonymous clients
     default_pass: str = "guest"
     allow_anonymous: bool = True        # mqtt.allow_anonymous
@@ -29,3 +31,5 @@ class MQTTHub:
         self.sessions: set = set()                         # every open MQTT connection
         self.retained = retained or RetainedStore()
         self.pending_wills: dict[tuple[str, str], object] = {}  # MQTT 5 will delay: its timer
+        self.relays_seen: dict = {}  # a cluster: relayed consumers of subscription queues (takeover.py)
+        self.last_tick = 0.0

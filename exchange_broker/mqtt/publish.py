@@ -1,17 +1,24 @@
 """PUBLISH from an MQTT client and its acknowledgements, a part of ``session.py``: topic aliases
 (MQTT 5), the write and topic permissions on ``amq.topic`` RabbitMQ's plugin checks, retained
 messages, the broker's publish path, and PUBACKs (PUBRECs for QoS 2, routed as QoS 1) in the
-order the PUBLISHes came, each once the store has its message; the will on an abnormal close."""
+order the PUBLISHes came, each once the store has its message; the will on an abnormal close.
+
+MQTT 5's no-local: a PUBLISH whose topic matches only no-local subscriptions of the publisher's
+own queue does not reach that queue (RabbitMQ drops it from the routed queues the same way)."""
 
 from __future__ import annotations
 
 import logging
 from functools import partial
 
+import routing
+
+from exchange_broker.core import tracing
 from exchange_broker.core.names import logsafe
 from exchange_broker.core.ports import Waiter
 from exchange_broker.mqtt import messages, topics
 from exchange_broker.mqtt import packets as p
+from exchange_broker.mqtt import subscriptions as subs
 from exchange_broker.mqtt.retained import Retained
 from exchange_broker.protocol.errors import AMQPError
 
@@ -80,7 +87,38 @@ class PublishMethods:
             return False, None
         msg = messages.to_amqp(pkt, qos)
         has_headers = bool(pkt.properties and "user_property" in pkt.properties)  # else ours only
+        if self.no_local:
+            own = self._no_local_queues(pkt.topic)
+            if own:
+                return self._route_except(ex, msg, has_headers, own)
         routed, waiter, _rejected = self.broker.publish(self.vhost, ex, msg, has_headers, self)
+        return routed, waiter
+
+    def _no_local_queues(self, topic: str) -> set[str]:
+        """This client's own queues that ``topic`` reaches only through no-local subscriptions."""
+        keep: dict[int, bool] = {}
+        for o in self.filters.values():
+            if topics.matches(o.topic_filter, topic):
+                keep[o.qos] = keep.get(o.qos, False) or not o.no_local
+        return {subs.queue_name(self.client_id, qos) for qos, kept in keep.items() if not kept}
+
+    def _route_except(self, ex, msg, has_headers: bool, skip: set[str]):
+        """``Broker.publish`` for amq.topic (never a delayed-message exchange), without the queues
+        named in ``skip``: (routed, waiter)."""
+        broker, vhost = self.broker, self.vhost
+        broker.stats["publish"] += 1
+        ex.stats_in += 1
+        headers = msg.headers if has_headers and vhost.headers_exchanges else None
+        if vhost.property_exchanges:  # x-consistent-hash on a property behind amq.topic
+            headers = routing.RoutingFields(msg.headers if has_headers else None, msg.props)
+        queues = [q for q in vhost.route(ex, msg.routing_key, headers) if q.name not in skip]
+        if vhost.tracing:
+            tracing.tap_in(broker, vhost, msg, queues, self, 0)
+        if not queues:
+            broker.stats["return_unroutable"] += 1
+            return False, None
+        ex.stats_out += len(queues)
+        routed, waiter, _rejected = broker.enqueue(queues, msg, self)
         return routed, waiter
 
     def _queue_ack(self, pkt: p.Publish, code: int | None) -> list:

@@ -3,10 +3,12 @@ core as RabbitMQ's MQTT plugin maps them, bytes out through ``write`` once per e
 
 A PUBLISH goes through the broker's publish path on ``amq.topic`` (its QoS 1 PUBACK once the
 store has the message, in order); SUBSCRIBE declares and binds the client's subscription queues
-(``subscriptions.py``) and consumes from them through :class:`MQTTConsumer`. The connection is
-closed (nothing else is disturbed) on malformed or oversized input, a packet before CONNECT, a
-second CONNECT, a refused PUBLISH, keep-alive silence (1.5 x the keep-alive) or a takeover by a
-new connection with the same client id; the will is published unless the client said DISCONNECT.
+(``subscriptions.py``) and consumes from them through :class:`MQTTConsumer`; deliveries are
+``delivery.py``'s. The connection is closed (nothing else is disturbed) on malformed or
+oversized input, a packet before CONNECT, a second CONNECT, an AUTH packet, a refused PUBLISH,
+keep-alive silence (1.5 x the keep-alive), its subscription queue deleted, or a takeover by a new
+connection with the same client id (on another node of a cluster: ``takeover.py``); the will is
+published unless the client said DISCONNECT. The vhost is ``vhost_choice.py``'s.
 """
 
 from __future__ import annotations
@@ -20,21 +22,22 @@ from typing import Callable
 from exchange_broker.core import permissions as perms
 from exchange_broker.core.backpressure import BackPressure
 from exchange_broker.core.names import logsafe
-from exchange_broker.mqtt import codec, messages, topics
+from exchange_broker.mqtt import codec, topics, vhost_choice
 from exchange_broker.mqtt import packets as p
 from exchange_broker.mqtt import subscriptions as subs
+from exchange_broker.mqtt.delivery import DeliveryMethods
 from exchange_broker.mqtt.login import MQTTLogin
 from exchange_broker.mqtt.publish import PublishMethods, Refused
 from exchange_broker.mqtt.subscribe import subscribe, unsubscribe
+from exchange_broker.mqtt.takeover import TakeoverMethods
 from exchange_broker.protocol.errors import AMQPError
 
 log = logging.getLogger("exchange_broker.mqtt")
 
-OUTPUT_BUDGET = 512 * 1024  # delivery bytes queued before the next flush
 UNAUTHENTICATED_MAX = 65_536  # largest packet before CONNECT succeeded
 
 
-class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
+class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, TakeoverMethods, BackPressure):
     def __init__(self, hub, write: Callable[[bytes], None], close: Callable[[], None],
                  peer: tuple = ("", 0), set_reading: Callable[[bool], None] = lambda on: None) -> None:
         self.hub = hub
@@ -71,12 +74,11 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
         self.dirty = False
         self.writable = True
         self.paused = False
-        # deliveries: queue name -> consumer; packet id -> (message or None, consumer or None)
+        # deliveries (delivery.py): queue name -> consumer
         self.consumers: dict[str, subs.MQTTConsumer] = {}
-        self.unacked: dict[int, tuple] = {}
         self.receive_max = hub.settings.prefetch
         self.client_max_packet = 0
-        self._next_id = 0
+        self._init_delivery()
         self.pubacks: deque = deque()   # [packet id, done, reason code] in arrival order
         self.qos2_ids: set[int] = set()  # QoS 2 PUBLISHes routed, awaiting their PUBREL
         self.aliases: dict[int, str] = {}
@@ -138,6 +140,8 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
         elif t is p.PingReq:
             self.send(p.PingResp())
         elif t is p.Disconnect:
+            if pkt.properties.get("session_expiry_interval") and not self.expiry:  # MQTT-3.14.2-2
+                raise Refused("session expiry in DISCONNECT after none in CONNECT", p.PROTOCOL_ERROR)
             if pkt.code != p.DISCONNECT_WITH_WILL:
                 self.will = None
             if pkt.properties.get("session_expiry_interval") == 0:  # MQTT 5: the session ends now
@@ -147,6 +151,8 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
             self.close()
         elif t is p.Connect:
             raise Refused("second CONNECT")
+        elif t is p.Auth:  # its CONNECT had no Authentication Method (those are refused): 0x82
+            raise Refused("AUTH packet: enhanced authentication is not supported", p.PROTOCOL_ERROR)
         else:
             raise Refused(f"unexpected {t.__name__.upper()}")
 
@@ -171,14 +177,18 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
             client_id, assigned = f"mqtt-{uuid.uuid4().hex}", True
         self.client_id = client_id
         if v5 and "authentication_method" in c.properties:  # no enhanced authentication (AUTH)
-            return self._connack_refused(p.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
+            log.info("MQTT connection %s refused: authentication method '%s' is not supported", self.name,
+                     logsafe(c.properties["authentication_method"]))
+            return self._connack_refused(p.BAD_AUTHENTICATION_METHOD,
+                                         "enhanced authentication (AUTH) is not supported")
+        if v5 and "authentication_data" in c.properties:  # MQTT-3.1.2.11.10: data without a method
+            return self._connack_refused(p.PROTOCOL_ERROR, "authentication data without a method")
         name = c.username
         password = c.password.decode("utf-8", "replace") if c.password is not None else None
-        vhost = settings.vhost
         if name is None and password is None and settings.allow_anonymous:
             name, password = settings.default_user, settings.default_pass
-        if name and ":" in name:  # RabbitMQ: "vhost:user" (an OAuth 2.0 token's user name too)
-            vhost, name = name.split(":", 1)
+        # "vhost:user" (an OAuth 2.0 token's user name too), the port's vhost, or mqtt.vhost
+        vhost, name = vhost_choice.choose(name, self.listener[1], settings)
         # the token is the password, the user name may be anything (RabbitMQ's oauth2 with MQTT)
         self._login(name or "", password or "",
                     lambda result: self._logged_in(c, result, vhost, persistent, expiry, assigned))
@@ -202,6 +212,7 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
         if v5:
             self.receive_max = min(settings.prefetch, c.properties.get("receive_maximum", 65535))
             self.client_max_packet = c.properties.get("maximum_packet_size", 0)
+            self.alias_max_out = min(c.properties.get("topic_alias_maximum", 0), settings.topic_alias_maximum)
         if self.will is not None and not topics.valid_name(self.will.topic):
             raise Refused("invalid will topic", p.TOPIC_NAME_INVALID)
         old = self.hub.clients.get((vhost, client_id))
@@ -217,6 +228,8 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
                 if q is not None and not q.consumers:
                     self.vhost.remove_queue(q)
         present = any(subs.queue_name(client_id, qos) in self.vhost.queues for qos in (0, 1))
+        self.filters = subs.own_filters(self)
+        self.filters_changed()
         self.state = "open"
         self.parser.max_packet_size = self.hub.settings.max_packet_size
         props = {}
@@ -244,78 +257,7 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
         self.send(p.ConnAck(False, code, props))
         self.close(publish_will=False)
 
-    # -- deliveries --------------------------------------------------------------------------------
-    def _packet_id(self) -> int:
-        for _ in range(65535):
-            self._next_id = self._next_id % 65535 + 1
-            if self._next_id not in self.unacked:
-                return self._next_id
-        raise Refused("no packet identifier left", p.RECEIVE_MAXIMUM_EXCEEDED)
-
-    def deliver(self, consumer: subs.MQTTConsumer, msg) -> int:
-        """A message from a subscription queue (``MQTTConsumer.deliver``)."""
-        pub = messages.from_amqp(msg, consumer.qos, self.version)
-        q = msg.queue
-        self.stats_delivered += 1
-        self.broker.stats["deliver"] += 1
-        if self.version == p.V5:
-            self._subscription_ids(consumer, pub)
-        pid = 0
-        if pub.qos:
-            pid = self._packet_id()
-            pub.packet_id, pub.dup = pid, msg.redelivered
-            q.stats_deliver += 1
-            self.unacked[pid] = (msg, consumer)
-            consumer.outstanding.add(pid)
-            consumer.unacked += 1
-            q.unacked += 1
-            if msg.stored:
-                q.delivered(msg)
-        else:
-            q.stats_deliver_no_ack += 1
-            q.settle(msg)
-        self._send_delivery(pub)
-        return pid
-
-    def _subscription_ids(self, consumer, pub: p.Publish) -> None:
-        ids = [sid for f, sid in subs.filters_of(self, consumer.queue.name).items()
-               if sid and topics.matches(f, pub.topic)]
-        if ids:
-            pub.properties["subscription_identifier"] = sorted(ids)
-
-    def _send_delivery(self, pub: p.Publish) -> None:
-        if self.client_max_packet:  # MQTT 5: what the client cannot take is dropped (MQTT-3.1.2-25)
-            if len(codec.encode(pub, self.version)) > self.client_max_packet:
-                if pub.qos:
-                    self._settle(pub.packet_id)
-                return
-        self.send(pub)
-        if self.out_pending > OUTPUT_BUDGET:
-            self.writable = False
-
-    def _settle(self, pid: int) -> None:
-        entry = self.unacked.pop(pid, None)
-        if entry is None:
-            return
-        msg, consumer = entry
-        if msg is None:
-            return  # a retained message: nothing to settle
-        consumer.outstanding.discard(pid)
-        consumer.unacked -= 1
-        q = msg.queue
-        q.unacked -= 1
-        q.stats_ack += 1
-        self.stats_acked += 1
-        self.broker.stats["ack"] += 1
-        q.settle(msg)
-        if q.wants_dispatch:
-            q.dispatch()
-
-    def _redispatch(self) -> None:
-        for c in list(self.consumers.values()):
-            if c.queue.wants_dispatch:
-                c.queue.dispatch()
-
+    # -- deliveries: delivery.py ---------------------------------------------------------------------
     def _consume(self, q, qos: int) -> None:
         if q.name in self.consumers:
             return
@@ -323,6 +265,8 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
         c = subs.MQTTConsumer(self, q, qos)
         self.consumers[q.name] = c
         q.add_consumer(c)
+        if self.broker_in_cluster:
+            self.check_cluster_takeover()
 
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
     def _subscribe(self, s: p.Subscribe) -> None:
@@ -396,6 +340,8 @@ class MQTTSession(MQTTLogin, PublishMethods, BackPressure):
             self.last_read = now  # not reading: the silence is ours
         elif self.keep_alive and now - self.last_read > 1.5 * self.keep_alive:
             self._refuse(f"keep-alive of {self.keep_alive} s timed out", p.KEEP_ALIVE_TIMEOUT)
+        if self.broker_in_cluster and not self.closed:
+            self.check_cluster_takeover()
 
     def taken_over(self) -> None:
         log.info("MQTT connection %s: client id '%s' taken over by a new connection", self.name,

@@ -1,7 +1,8 @@
 """SUBSCRIBE and UNSUBSCRIBE of one MQTT connection (a part of ``session.py``): the permission
 checks RabbitMQ's plugin makes (configure on the queue, write on it and read on ``amq.topic``
 to bind, the topic permission's read pattern, read on the queue to consume), the SUBACK codes and
-the retained messages a new subscription receives."""
+the retained messages a new subscription receives (as retain handling says), and MQTT 5's
+subscription options (kept in the binding's arguments and in ``session.filters``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from exchange_broker.core.names import logsafe
 from exchange_broker.mqtt import packets as p
 from exchange_broker.mqtt import subscriptions as subs
 from exchange_broker.mqtt import topics
+from exchange_broker.mqtt.publish import Refused
 from exchange_broker.protocol.errors import AMQPError
 
 log = logging.getLogger("exchange_broker.mqtt")
@@ -21,11 +23,15 @@ def subscribe(session, s: p.Subscribe) -> None:
     sub_id = s.properties.get("subscription_identifier", [None])[0] if v5 else None
     codes, retained = [], []
     for sub in s.subscriptions:
+        if sub.no_local and topics.shared(sub.topic_filter) is not None:  # MQTT-3.8.3-4
+            raise Refused(f"no-local on the shared subscription '{sub.topic_filter}'", p.PROTOCOL_ERROR)
+    for sub in s.subscriptions:
         code, new = _one(session, sub, sub_id, v5)
         codes.append(code)
         if code < 0x80 and not topics.shared(sub.topic_filter):
             if sub.retain_handling == 0 or (sub.retain_handling == 1 and new):
                 retained.append((sub, code))
+    session.filters_changed()
     session.send(p.SubAck(s.packet_id, codes))
     for sub, granted in retained:
         for r in session.hub.retained.matching(session.vhost.name, sub.topic_filter):
@@ -60,8 +66,10 @@ def _one(session, sub: p.Subscription, sub_id: int | None, v5: bool) -> tuple[in
         expires = session.expiry * 1000
     try:
         q = subs.ensure_queue(session, name, session.persistent, expires)
-        new = not subs.bound_args(session, name, topics.to_routing_key(topic_filter))
-        subs.bind(session, q, topic_filter, sub_id)
+        key = topics.to_routing_key(topic_filter)
+        new = not subs.bound_args(session, name, key)
+        options = (sub_id, sub.no_local, sub.retain_as_published) if v5 else (None,)
+        subs.bind(session, q, topic_filter, subs.binding_args(*options))
         session._consume(q, granted)
     except AMQPError as err:
         log.info("MQTT connection %s: subscription to '%s' refused: %s", session.name,
@@ -69,6 +77,7 @@ def _one(session, sub: p.Subscription, sub_id: int | None, v5: bool) -> tuple[in
         return (p.NOT_AUTHORIZED if v5 else p.SUBACK_FAILURE), False
     if share is None:  # the same filter at the other QoS is replaced
         subs.unbind(session, subs.queue_name(session.client_id, 1 - granted), topic_filter)
+        session.filters[key] = subs.Options(topic_filter, granted, *options)
     return granted, new
 
 
@@ -88,5 +97,7 @@ def unsubscribe(session, u: p.Unsubscribe) -> None:
             found = False
             for qos in (0, 1):
                 found = subs.unbind(session, subs.queue_name(session.client_id, qos), topic_filter) or found
+            session.filters.pop(topics.to_routing_key(topic_filter), None)
         codes.append(p.SUCCESS if found else p.NO_SUBSCRIPTION_EXISTED)
+    session.filters_changed()
     session.send(p.UnsubAck(u.packet_id, codes))

@@ -4,29 +4,83 @@ filter, durable for a persistent session and auto-delete for a clean one; a shar
 (``$share/group/filter``, MQTT 5) is one queue per group and filter, its members consuming in turn.
 
 :class:`MQTTConsumer` is the sink such a queue delivers through (``core/ports.Consumer``), the
-same narrow interface an AMQP channel's consumers offer."""
+same narrow interface an AMQP channel's consumers offer.
+
+MQTT 5's subscription options live in the binding's arguments (so a persistent session keeps
+them): the subscription identifier, no-local and retain-as-published. :class:`Options` is one
+filter's, as the session keeps them for its own queues (``Session.filters``, by routing key)."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from exchange_broker.core import permissions as perms
 from exchange_broker.mqtt import topics
 
 SUB_ID_ARG = "x-mqtt-subscription-id"
+NO_LOCAL_ARG = "x-mqtt-no-local"
+RAP_ARG = "x-mqtt-retain-as-published"
+
+
+class Options(NamedTuple):
+    """One subscription of the client's own queues: its filter, the queue's QoS, its options."""
+    topic_filter: str
+    qos: int
+    sub_id: int | None = None
+    no_local: bool = False
+    retain_as_published: bool = False
+
+
+def binding_args(sub_id: int | None, no_local: bool = False, retain_as_published: bool = False) -> dict:
+    """The binding arguments that keep a subscription's options (none for the defaults)."""
+    args: dict = {}
+    if sub_id:
+        args[SUB_ID_ARG] = sub_id
+    if no_local:
+        args[NO_LOCAL_ARG] = True
+    if retain_as_published:
+        args[RAP_ARG] = True
+    return args
+
+
+def options_from_args(topic_filter: str, qos: int, args: dict | None) -> Options:
+    args = args or {}
+    sub_id = args.get(SUB_ID_ARG)
+    return Options(topic_filter, qos, sub_id if isinstance(sub_id, int) and not isinstance(sub_id, bool) else None,
+                   args.get(NO_LOCAL_ARG) is True, args.get(RAP_ARG) is True)
+
+
+def own_filters(session) -> dict[str, Options]:
+    """routing key -> Options, for the bindings of the client's own queues (a resumed session)."""
+    out: dict[str, Options] = {}
+    for qos in (0, 1):
+        name = queue_name(session.client_id, qos)
+        if name not in session.vhost.queues:  # (a clean session: nothing to scan for)
+            continue
+        for rk, args in bindings_of(session, name).items():
+            out[rk] = options_from_args(topics.to_topic(rk), qos, args)
+    return out
+
+
+OWN_PREFIX = "mqtt-subscription-"
 
 
 def queue_name(client_id: str, qos: int) -> str:
-    return f"mqtt-subscription-{client_id}qos{qos}"
+    return f"{OWN_PREFIX}{client_id}qos{qos}"
+
+
+SHARED_PREFIX = "mqtt-shared-"
 
 
 def shared_queue_name(group: str, topic_filter: str) -> str:
-    return f"mqtt-shared-{group}-{topics.to_routing_key(topic_filter)}"
+    return f"{SHARED_PREFIX}{group}-{topics.to_routing_key(topic_filter)}"
 
 
 class MQTTConsumer:
     """Deliveries of one subscription queue to one MQTT connection."""
 
     __slots__ = ("tag", "session", "queue", "qos", "no_ack", "exclusive", "arguments", "priority",
-                 "active", "unacked", "outstanding")
+                 "active", "unacked", "outstanding", "older")
     channel = None  # no AMQP channel (the admin API shows the connection)
 
     def __init__(self, session, queue, qos: int) -> None:
@@ -41,6 +95,7 @@ class MQTTConsumer:
         self.active = True
         self.unacked = 0
         self.outstanding: set = set()  # packet ids of its deliveries awaiting PUBACK
+        self.older = list(queue.consumers)  # the queue's consumers before this one (takeover.py)
 
     @property
     def prefetch(self) -> int:
@@ -63,8 +118,11 @@ class MQTTConsumer:
         return self.session.deliver(self, msg)
 
     def queue_deleted(self) -> None:
+        """The queue was deleted, or (a queue another node leads) the leader cancelled this
+        consumer: the connection closes, as RabbitMQ's when its consuming queue is gone."""
         self.active = False
         self.session.consumers.pop(self.queue.name, None)
+        self.session.consuming_queue_gone(self.queue)
 
 
 def ensure_queue(session, name: str, durable: bool, expires_ms: int | None):
@@ -78,12 +136,12 @@ def ensure_queue(session, name: str, durable: bool, expires_ms: int | None):
     return vhost.declare_queue(name, durable=durable, auto_delete=not durable, arguments=args)
 
 
-def bind(session, q, topic_filter: str, sub_id: int | None) -> None:
+def bind(session, q, topic_filter: str, args: dict) -> None:
     """Bind ``q`` to amq.topic for ``topic_filter`` (write on the queue, read on the exchange,
-    topic read permission), replacing a binding of the same filter with another identifier."""
+    topic read permission), replacing a binding of the same filter with other options
+    (``args``: :func:`binding_args`)."""
     key = topics.to_routing_key(topic_filter)
     perms.binding(session, "queue", q.name, topics.EXCHANGE, key)
-    args = {SUB_ID_ARG: sub_id} if sub_id else {}
     for old in bound_args(session, q.name, key):
         if old != args:
             session.vhost.unbind(topics.EXCHANGE, "queue", q.name, key, old, 50, 50)
@@ -99,13 +157,13 @@ def bound_args(session, queue: str, key: str | None = None) -> list[dict]:
             if kind == "q" and dest == queue and (key is None or rk == key)]
 
 
-def filters_of(session, queue: str) -> dict[str, int | None]:
-    """topic filter -> subscription identifier, for every binding of ``queue`` on amq.topic."""
+def bindings_of(session, queue: str) -> dict[str, dict]:
+    """routing key -> binding arguments, for every binding of ``queue`` on amq.topic."""
     ex = session.vhost.exchanges.get(topics.EXCHANGE)
     if ex is None:
         return {}
-    return {topics.to_topic(rk): (args or {}).get(SUB_ID_ARG)
-            for (kind, dest), rk, args in ex.index.bindings() if kind == "q" and dest == queue}
+    return {rk: dict(args or {}) for (kind, dest), rk, args in ex.index.bindings()
+            if kind == "q" and dest == queue}
 
 
 def unbind(session, queue: str, topic_filter: str) -> bool:

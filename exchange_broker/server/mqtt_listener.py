@@ -9,6 +9,7 @@ import logging
 
 from exchange_broker.mqtt.hub import MQTTHub
 from exchange_broker.mqtt.session import MQTTSession
+from exchange_broker.mqtt.takeover import cancel_older_relays
 from exchange_broker.server.listener import (WRITE_HIGH_WATER, SessionProtocol, _bound, _listen_error, create_server,
                                              drain)
 
@@ -96,6 +97,13 @@ class MQTTServer:
                     proto.tick(now)
                 except Exception:
                     log.exception("MQTT tick failed")
+            hub = self.hub
+            if hub.broker.definitions_shared and now - hub.last_tick >= 0.9:  # once per hub
+                hub.last_tick = now
+                try:
+                    cancel_older_relays(hub)
+                except Exception:
+                    log.exception("MQTT takeover scan failed")
 
     async def stop(self, grace: float = 2.0) -> None:
         if self._server is not None:
