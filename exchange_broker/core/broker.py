@@ -142,6 +142,8 @@ class Broker:
         user = User(name, password_hash, hashing_algorithm or HASHING_SHA256, list(tags or []))
         if self.events is not None and name not in self.users:
             self.events.user_event(True, name)
+        elif store and name in self.users and self.users[name].tags != user.tags:
+            self.event("user.tags.set", {"name": name, "tags": user.tags})
         self.users[name] = user
         if store:
             users_mod.stored_user(self, user)
@@ -152,6 +154,8 @@ class Broker:
         self.permissions[(user, vhost)] = (configure, write, read)
         if store:
             users_mod.stored_permission(self, user, vhost)
+            self.event("permission.created", {"user": user, "vhost": vhost, "configure": configure,
+                                              "write": write, "read": read})
 
     # users.py: run-time changes (stored, and applied to open connections as RabbitMQ does)
     def set_user_tags(self, name: str, tags: list[str]) -> bool:
@@ -168,7 +172,15 @@ class Broker:
         return True
 
     def clear_permissions(self, user: str, vhost: str) -> bool:
-        return users_mod.clear_permissions(self, user, vhost)
+        cleared = users_mod.clear_permissions(self, user, vhost)
+        if cleared:
+            self.event("permission.deleted", {"user": user, "vhost": vhost})
+        return cleared
+
+    def event(self, key: str, props: dict) -> None:
+        """An operator's change, to the event exchange when there is one (core/events.py)."""
+        if self.events is not None:
+            self.events.changed(key, props)
 
     def delete_vhost(self, name: str) -> bool:
         """Close its connections (320), drop its queues, exchanges and permissions."""
@@ -219,6 +231,11 @@ class Broker:
                 log.info("login refused on connection %s: user '%s', mechanism %s: %s (%s)",
                          conn_name or peer_host or "local", logsafe(username), mechanism,
                          result.client_text, logsafe(str(result)))
+            if self.events is not None:
+                ok = isinstance(result, AuthenticatedUser)
+                self.events.emit("user.authentication.success" if ok else "user.authentication.failure",
+                                 {"name": username, "auth_mechanism": mechanism, "connection_name": conn_name,
+                                  "peer_host": peer_host, "error": None if ok else str(result)})
             done(result)
         self.auth.login(username, password, peer_host, finished)
 
@@ -418,6 +435,8 @@ class Broker:
         connection.blocked and is not read; consumers keep draining."""
         if on == (resource in self.alarms):
             return
+        if self.events is not None:
+            self.events.alarm(resource, on)
         if on:
             self.alarms[resource] = detail
             log.warning("%s alarm set (%s): blocking publishers", resource, detail)

@@ -5,7 +5,10 @@ the default vhost ``/``, one message per event: routing key the event type (``qu
 ``queue.deleted``, ``exchange.created``, ``exchange.deleted``, ``binding.created``,
 ``binding.deleted``, ``connection.created``, ``connection.closed``, ``channel.created``,
 ``channel.closed``, ``consumer.created``, ``consumer.deleted``, ``vhost.created``,
-``vhost.deleted``, ``user.created``, ``user.deleted``), an empty body, delivery mode 2, the
+``vhost.deleted``, ``user.created``, ``user.deleted``, ``user.tags.set``, ``permission.created``,
+``permission.deleted``, ``topic.permission.created``, ``topic.permission.deleted``, ``policy.set``,
+``policy.cleared``, ``alarm.set``, ``alarm.cleared``, ``user.authentication.success``,
+``user.authentication.failure``), an empty body, delivery mode 2, the
 ``timestamp`` property (seconds) and the event's fields as headers, named as RabbitMQ names them
 (a resource is its name plus a ``vhost`` header; ``timestamp_in_ms`` is always there). As the
 plugin, nothing is published while the exchange has no bindings, and messages go at most once.
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import time
 
 from exchange_broker.core.exchange import Exchange
 from exchange_broker.core.message import Message
@@ -56,7 +58,7 @@ class EventExchange:
         ex = vh.exchanges.get(EVENT_EXCHANGE) if vh is not None else None
         if ex is None or not len(ex.index):
             return
-        now_ms = int(time.time() * 1000)
+        now_ms = self.broker.now_ms()
         headers = {"timestamp_in_ms": now_ms}
         for name, value in props.items():
             if isinstance(value, tuple) and len(value) == 2:  # a resource: (vhost, name)
@@ -111,7 +113,7 @@ class EventExchange:
             "protocol": "AMQP 0-8" if conn.amqp_0_8 else "AMQP 0-9-1", "user": sess.user, "vhost": sess.vhost.name,
             "timeout": conn.heartbeat, "frame_max": conn.frame_max, "channel_max": conn.channel_max,
             "client_properties": dict(sess.client_properties or {}),
-            "connected_at": int(time.time() * 1000), "user_who_performed_action": sess.user})
+            "connected_at": self.broker.now_ms(), "user_who_performed_action": sess.user})
 
     def connection_closed(self, sess) -> None:
         props = {"name": sess.name, "node": NODE, "client_properties": dict(sess.client_properties or {})}
@@ -145,6 +147,13 @@ class EventExchange:
         self.emit("consumer.deleted", {
             "consumer_tag": consumer.tag, "channel": f"{channel.session.name} ({channel.number})",
             "queue": (q.vhost, q.name), "user_who_performed_action": channel.session.user})
+
+    def changed(self, key: str, props: dict) -> None:
+        """An operator's change (a permission, a policy, a user's tags), with who made it."""
+        self.emit(key, {**props, "user_who_performed_action": self._user()})
+
+    def alarm(self, resource: str, on: bool) -> None:
+        self.emit("alarm.set" if on else "alarm.cleared", {"source": resource, "node": NODE})
 
     def vhost_event(self, created: bool, name: str) -> None:
         self.emit("vhost.created" if created else "vhost.deleted",

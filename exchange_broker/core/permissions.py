@@ -271,6 +271,8 @@ def set_topic_permission(broker, user: str, vhost: str, exchange: str, write: st
     entries[exchange] = (write, read)
     if store:
         broker.durability.topic_permission_set(user, vhost, exchange, write, read)
+        broker.event("topic.permission.created", {"user": user, "vhost": vhost, "exchange": exchange,
+                                                  "write": write, "read": read})
     return was_new
 
 
@@ -284,6 +286,7 @@ def clear_topic_permissions(broker, user: str, vhost: str, exchange: str | None 
     for name in names:
         del entries[name]
         broker.durability.topic_permission_cleared(user, vhost, name)
+        broker.event("topic.permission.deleted", {"user": user, "vhost": vhost, "exchange": name})
     if not entries:
         del broker.topic_permissions[key]
     return bool(names) or exchange is not None

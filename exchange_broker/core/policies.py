@@ -193,6 +193,10 @@ class VHostPolicies:
         log.info("%s '%s' set in vhost '%s': pattern %r, apply-to %s, priority %s",
                  "operator policy" if policy.kind == OPERATOR_POLICY else "policy", policy.name,
                  self.vhost.name, policy.pattern, policy.apply_to, policy.priority)
+        if store and policy.kind == POLICY:
+            self.vhost.broker.event("policy.set", {
+                "name": (self.vhost.name, policy.name), "pattern": policy.pattern, "apply-to": policy.apply_to,
+                "definition": dict(policy.definition), "priority": policy.priority})
         if apply:
             self.apply_all()
         return created
@@ -205,6 +209,8 @@ class VHostPolicies:
             self.vhost.broker.durability.policy_cleared(kind, self.vhost.name, name)
         log.info("%s '%s' cleared in vhost '%s'", "operator policy" if kind == OPERATOR_POLICY else "policy",
                  name, self.vhost.name)
+        if store and kind == POLICY:
+            self.vhost.broker.event("policy.cleared", {"name": (self.vhost.name, name)})
         self.apply_all()
         return True
 

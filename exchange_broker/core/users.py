@@ -43,6 +43,7 @@ def set_user_tags(broker, name: str, tags: list[str]) -> bool:
         return False
     user.tags = list(tags)
     stored_user(broker, user)
+    broker.event("user.tags.set", {"name": name, "tags": list(tags)})
     return True
 
 

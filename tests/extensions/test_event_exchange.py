@@ -119,3 +119,74 @@ def test_durable_binding_to_the_event_exchange_survives_a_restart(spawn_broker):
         assert m.routing_key == "queue.created" and props.headers["name"] == "after-restart"
     finally:
         conn.close()
+
+
+def _admin(tb, method: str, path: str, body=None) -> int:
+    import base64
+    import json
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(tb.admin_url + path, method=method,
+                                 data=json.dumps(body).encode() if body is not None else None)
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=15) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_operator_changes_alarms_and_logins_are_events():
+    loop = asyncio.new_event_loop()
+    broker = build_broker(LoopClock(loop), config=Config(event_exchange=True))
+    with ThreadedBroker(broker, loop=loop, admin=True) as tb:
+        watcher = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", tb.port))
+        try:
+            wch = watcher.channel()
+            eq = wch.queue_declare("", exclusive=True).method.queue
+            for key in ("permission.*", "topic.permission.*", "policy.*", "user.tags.set", "alarm.*",
+                        "user.authentication.*"):
+                wch.queue_bind(eq, "amq.rabbitmq.event", key)
+            assert _admin(tb, "PUT", "/api/users/evu", {"password": "pw", "tags": ""}) in (201, 204)
+            assert _admin(tb, "PUT", "/api/permissions/%2F/evu", {"configure": ".*", "write": "w.*", "read": ""}) in (201, 204)
+            assert _admin(tb, "PUT", "/api/topic-permissions/%2F/evu",
+                          {"exchange": "amq.topic", "write": "a.*", "read": ".*"}) in (201, 204)
+            assert _admin(tb, "PUT", "/api/users/evu", {"password": "pw", "tags": "monitoring"}) in (201, 204)
+            assert _admin(tb, "PUT", "/api/policies/%2F/evp",
+                          {"pattern": "^ev", "definition": {"max-length": 3}, "priority": 2, "apply-to": "queues"}) in (201, 204)
+            assert _admin(tb, "DELETE", "/api/policies/%2F/evp") == 204
+            assert _admin(tb, "DELETE", "/api/topic-permissions/%2F/evu") == 204
+            assert _admin(tb, "DELETE", "/api/permissions/%2F/evu") == 204
+            tb.call(lambda: broker.set_alarm("memory", True, "test"))
+            tb.call(lambda: broker.set_alarm("memory", False))
+            with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+                pika.BlockingConnection(pika.ConnectionParameters(
+                    "127.0.0.1", tb.port, credentials=pika.PlainCredentials("evu", "wrong")))
+            with pytest.raises(pika.exceptions.ProbableAccessDeniedError):  # logged in; no permission left on /
+                pika.BlockingConnection(pika.ConnectionParameters(
+                    "127.0.0.1", tb.port, credentials=pika.PlainCredentials("evu", "pw")))
+            wanted = ["permission.created", "topic.permission.created", "user.tags.set", "policy.set",
+                      "policy.cleared", "topic.permission.deleted", "permission.deleted", "alarm.set",
+                      "alarm.cleared", "user.authentication.failure"]
+            got: list = []
+            # every admin API call logs in too (user.authentication.success for guest), as in RabbitMQ
+            assert wait_until(lambda: got.extend(_events(wch, eq)) or
+                              [k for k, _, _ in got if k in wanted] == wanted and
+                              any(k.endswith("success") and p.headers["name"] == "evu" for k, p, _ in got), 10), \
+                [k for k, _, _ in got if "authentication" not in k]
+            by_key = {key: props.headers for key, props, _ in got
+                      if "authentication" not in key or props.headers["name"] == "evu"}
+            assert by_key["permission.created"]["user"] == "evu" and by_key["permission.created"]["write"] == "w.*"
+            assert by_key["permission.created"]["vhost"] == "/"
+            assert by_key["topic.permission.created"]["exchange"] == "amq.topic"
+            assert by_key["user.tags.set"]["tags"] == ["monitoring"]
+            policy = by_key["policy.set"]
+            assert (policy["name"], policy["vhost"], policy["pattern"], policy["apply-to"], policy["priority"]) == \
+                ("evp", "/", "^ev", "queues", 2) and policy["definition"] == {"max-length": 3}
+            assert by_key["alarm.set"]["source"] == "memory"
+            failure = by_key["user.authentication.failure"]
+            assert failure["name"] == "evu" and failure["auth_mechanism"] == "PLAIN" and failure["error"]
+            assert by_key["user.authentication.success"]["name"] == "evu"
+        finally:
+            close_quietly(watcher)
