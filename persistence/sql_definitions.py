@@ -23,24 +23,25 @@ def _args_sha1(arguments: bytes) -> str:
     return hashlib.sha1(bytes(arguments)).hexdigest()
 
 
+def _queue_stats(conn: Connection, queue_id: int | None = None) -> dict[int, tuple[int, int, int]]:
+    """{queue id: (stored message count, lowest seq, highest seq)} of every queue (or of one);
+    stream queues: their logs' chunks."""
+    m = messages.c
+    query = select(m.queue_id, func.count(), func.min(m.seq), func.max(m.seq))
+    if queue_id is not None:
+        query = query.where(m.queue_id == queue_id)
+    stats = {r[0]: (r[1], r[2], r[3]) for r in conn.execute(query.group_by(m.queue_id))}
+    stats.update(log_stats(conn, queue_id))
+    return stats
+
+
 class SqlDefinitions:
     """Definition reads and writes (mixed into :class:`SqlStore`)."""
 
     # ------------------------------------------------------------- definitions
     def load_definitions(self) -> Definitions:
         with self._read() as conn:
-            stats = {
-                r[0]: (r[1], r[2], r[3])
-                for r in conn.execute(
-                    select(
-                        messages.c.queue_id,
-                        func.count(),
-                        func.min(messages.c.seq),
-                        func.max(messages.c.seq),
-                    ).group_by(messages.c.queue_id)
-                )
-            }
-            stats.update(log_stats(conn))  # stream queues: their logs' chunks
+            stats = _queue_stats(conn)
             vh = [
                 {"name": r.name, "metadata": json.loads(r.metadata_json),
                  "default_queue_type": r.default_queue_type}
@@ -84,6 +85,13 @@ class SqlDefinitions:
                 for r in conn.execute(select(bindings))
             ]
         return Definitions(vh, us, perms, exs, qs, bs)
+
+    def queue_counts(self, queue_id: int) -> dict:
+        """One queue's stored messages as ``load_definitions`` gives them in its queue row
+        (``message_count``, ``min_seq``, ``max_seq``), read now."""
+        with self._read() as conn:
+            count, min_seq, max_seq = _queue_stats(conn, queue_id).get(queue_id, (0, 0, 0))
+        return {"message_count": count, "min_seq": min_seq, "max_seq": max_seq}
 
     def put_vhost(self, name: str, metadata: dict | None = None, default_queue_type: str | None = None) -> None:
         with self._write() as conn:

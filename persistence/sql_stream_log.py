@@ -36,14 +36,12 @@ def chunk_rows(queue_id: int, entries: list) -> list[tuple]:
     return rows
 
 
-def log_stats(conn: Connection) -> dict[int, tuple[int, int, int]]:
-    """{queue id: (message count, lowest seq, highest seq)} of every stored log."""
-    return {
-        qid: (int(n), int(lo), int(hi))
-        for qid, n, lo, hi in conn.execute(
-            select(c.queue_id, func.sum(c.count), func.min(c.first_seq), func.max(c.last_seq))
-            .group_by(c.queue_id))
-    }
+def log_stats(conn: Connection, queue_id: int | None = None) -> dict[int, tuple[int, int, int]]:
+    """{queue id: (message count, lowest seq, highest seq)} of every stored log (or of one)."""
+    query = select(c.queue_id, func.sum(c.count), func.min(c.first_seq), func.max(c.last_seq))
+    if queue_id is not None:
+        query = query.where(c.queue_id == queue_id)
+    return {qid: (int(n), int(lo), int(hi)) for qid, n, lo, hi in conn.execute(query.group_by(c.queue_id))}
 
 
 class SqlStreamLog:

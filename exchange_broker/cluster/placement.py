@@ -197,6 +197,12 @@ class Placement:
     def _promote(self, vh, placeholder, row: dict) -> None:
         q = self.broker.make_queue(vh, row["name"], True, None, row["auto_delete"], decode_args(row["arguments"]))
         q.store_id = row["id"]
+        # The stored messages are counted again now: the definitions read that brought ``row`` is
+        # a transaction of its own, before the leaders' read that gave this node the queue, and
+        # the hand-over (or the eviction) may have committed between the two, after the old
+        # leader's last messages. With that read's counts this node would not load those last
+        # messages and would number new ones from a sequence already used.
+        row = {**row, **self.durability.store.queue_counts(row["id"])}
         if q.restore(self.durability, row, self.window):  # the first window now, the rest pages in
             rows = self.durability.store.load_messages(q.store_id, q.page_cursor, min(q.window or q.paged, q.paged))
             q.refilled([message_from_row(q, r) for r in rows], q.page_epoch)

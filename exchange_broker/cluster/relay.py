@@ -129,26 +129,32 @@ class Relay(Holder):
 
     async def _start(self) -> None:
         q, c = self.queue, self.consumer
+        address = q.address
         try:
-            link = await q.links.link(q.address, q.vhost)
+            link = await q.links.link(address, q.vhost)
         except (ClientError, OSError) as exc:
             # the leader cannot be reached (it is stopping, or dead and not yet replaced): the local
             # consumer waits, and the relay tries again; when the queue moves, ``retarget`` cancels
             # it (basic.cancel) and the client consumes again through the new leader
             log.debug("relaying %s: the leader at %s:%s cannot be reached (%s); trying again", q.describe(),
-                      *q.address, exc)
+                      *address, exc)
             asyncio.get_running_loop().call_later(RETRY_LINK, self.start)
             return
         try:
-            self.channel = await link.channel()
-            if self.stopping:
-                await _close(self.channel)
+            ch = await link.channel()
+            if self.stopping or self.dead:
+                # stopped, or gone (the queue moved: ``retarget``) while the link or the channel
+                # opened: a consumer started now would hold up to its prefetch of the leader's
+                # messages unacked, on a channel nobody closes, for a relay that drops deliveries
+                await _close(ch)
                 return
-            self.remote_tag = await self.channel.consume(
+            self.channel = ch
+            self.remote_tag = await ch.consume(
                 q.name, self._on_delivery, prefetch=self.prefetch, on_cancel=self._on_cancel,
                 exclusive=c.exclusive, arguments=dict(c.arguments or {}))
         except (ClientError, OSError) as exc:
-            log.warning("relaying %s: consume on %s:%s failed: %s", q.describe(), *q.address, exc)
+            if not self.dead:
+                log.warning("relaying %s: consume on %s:%s failed: %s", q.describe(), *address, exc)
             self.gone()
             return
         if self.stopping:

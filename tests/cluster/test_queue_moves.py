@@ -127,9 +127,6 @@ def progressed(publishers, consumers, n: int = 30):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="known bug, 1 of 3 serial runs after the HA merges: 50 confirmed "
-                   "messages had not reached the consumers 60 s after the drain (lost, or a consumer stuck "
-                   "on a moved queue's placeholder: not yet told apart); see README limits")
 def test_rebalance_and_drain_under_load_lose_nothing(nodes, cluster_url):
     n1, n2, n3 = (nodes(name, *LEADERS) for name in ("n1", "n2", "n3"))
     ports = [n1.port, n2.port, n3.port]

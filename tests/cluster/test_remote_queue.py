@@ -326,3 +326,37 @@ def test_leader_refusing_the_consume_cancels_the_consumer_on_a(cluster):
     tag = ch.basic_consume(q, lambda *a: None)  # consume-ok is local; B's 403 comes after
     assert pump(conn, lambda: cancelled)
     assert cancelled == [tag] and ch.is_open
+
+
+def test_a_relay_gone_while_it_starts_holds_nothing_on_the_leader(cluster):
+    """The queue's leader changed while a consumer's relay was still opening its link (a client
+    consumed again through a node that had not heard of a move yet): the relay's consume must not
+    go out then (the leader would hand its prefetch to a relay that drops deliveries, on a channel
+    nobody closes: those messages would reach no consumer until the link closed)."""
+    from persistence.cluster_leaders import Leader
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    cluster.publish_on_b(q, [b"m%d" % i for i in range(20)])
+    placeholder = cluster.a.call(lambda: cluster.a.broker.vhosts["/"].queues[q])
+    cluster.a.call(placeholder.retarget, None)  # no leader (a move under way): a consumer waits
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    cancelled = []
+    ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = ch.basic_consume(q, lambda *a: None)
+
+    def leader_and_gone_again():
+        placeholder.retarget(Leader("node-b", 2, f"127.0.0.1:{cluster.b.port}"))  # the relay starts
+        relay = next(iter(placeholder.relays.values()))
+        cluster.a.loop.call_soon(placeholder.retarget, None)  # and is gone while its link opens
+        return relay
+    relay = cluster.a.call(leader_and_gone_again)
+    assert pump(conn, lambda: cancelled) and cancelled == [tag]  # consumer-cancel-notify
+    assert wait_until(lambda: cluster.a.call(lambda: relay.task.done()))
+    # every message is still B's to give: a consumer on B gets all 20
+    other = cluster.connect(cluster.b)
+    got = []
+    other.channel().basic_consume(q, lambda c, m, p, body: got.append(body), auto_ack=True)
+    assert pump(other, lambda: len(got) == 20, timeout=5), f"{len(got)} of 20: the rest held on B"
+    assert cluster.on_b(q) == (0, 0)
