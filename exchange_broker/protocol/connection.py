@@ -47,6 +47,7 @@ _CH_CLOSE_OK = commands.Channel.CloseOk.index
 _OPEN_OK_PAYLOAD = struct.pack(">HHI", 20, 11, 0)
 _CLOSE_OK_PAYLOAD = struct.pack(">HH", 20, 41)
 _PUBLISH_ID = struct.pack(">I", BASIC_PUBLISH)
+PUBLISH_CACHE_MAX = 256  # distinct basic.publish method payloads remembered per connection
 _CONN_CLOSE_OK_FRAME = frame(FRAME_METHOD, 0, struct.pack(">HH", 10, 51))
 FRAME_SIZE_FUDGE = 8  # RabbitMQ accepts frames up to 8 bytes over frame_max (a common client slip)
 
@@ -80,6 +81,8 @@ class ServerConnection(Outbox):
         self.client_properties: dict = {}
         self.state = "header"  # header, start, tune, open, opened, closing, closed
         self._buf = bytearray()
+        self._publish_cache: dict = {}  # basic.publish payloads seen: their decoded arguments
+        self._header_cache: dict = {}   # content-header frames seen (content.whole_content)
         self._output = Output()
         self._out = self._output.ready
         # largest frame payload accepted: RabbitMQ's initial_frame_max until tune-ok, then frame_max
@@ -193,6 +196,8 @@ class ServerConnection(Outbox):
             n = len(buf)
             payload_max = self._payload_max
             channels = self.channels
+            publish_cache = self._publish_cache
+            header_cache = self._header_cache
             try:
                 while n - pos >= 7:
                     ftype, channel, size = _FRAME_HDR.unpack_from(buf, pos)
@@ -215,9 +220,15 @@ class ServerConnection(Outbox):
                         event = None
                         if ftype == FRAME_METHOD:
                             if content is None and payload[:4] == _PUBLISH_ID:
-                                exchange, rk, mandatory, immediate = codec.decode_publish(payload)
+                                decoded = publish_cache.get(payload)
+                                if decoded is None:
+                                    decoded = codec.decode_publish(payload)
+                                    if len(publish_cache) >= PUBLISH_CACHE_MAX:
+                                        publish_cache.clear()
+                                    publish_cache[payload] = decoded
+                                exchange, rk, mandatory, immediate = decoded
                                 whole = _whole_content(buf, pos, n, channel, payload_max,
-                                                       self.max_message_size)
+                                                       self.max_message_size, header_cache)
                                 if whole is None:  # frame by frame (split, large or unusual)
                                     channels[channel] = Content(exchange, rk, mandatory, immediate)
                                     continue
