@@ -219,13 +219,14 @@ class ServerConnection(Outbox):
                         content = channels.get(channel, False)
                         event = None
                         if ftype == FRAME_METHOD:
-                            if content is None and payload[:4] == _PUBLISH_ID:
-                                decoded = publish_cache.get(payload)
-                                if decoded is None:
-                                    decoded = codec.decode_publish(payload)
-                                    if len(publish_cache) >= PUBLISH_CACHE_MAX:
-                                        publish_cache.clear()
-                                    publish_cache[payload] = decoded
+                            # a basic.publish payload seen before is known by its bytes
+                            decoded = publish_cache.get(payload) if content is None else None
+                            if decoded is None and content is None and payload[:4] == _PUBLISH_ID:
+                                decoded = codec.decode_publish(payload)
+                                if len(publish_cache) >= PUBLISH_CACHE_MAX:
+                                    publish_cache.clear()
+                                publish_cache[payload] = decoded
+                            if decoded is not None:
                                 exchange, rk, mandatory, immediate = decoded
                                 whole = _whole_content(buf, pos, n, channel, payload_max,
                                                        self.max_message_size, header_cache)
