@@ -194,13 +194,18 @@ class ServerConnection(Outbox):
                     return
             pos = 0
             n = len(buf)
+            # frames are read from an immutable copy: each slice of it is one allocation (a
+            # bytearray's slice would still need its bytes() copy); buf itself loses what was read.
+            # No copy while the first frame is incomplete (a large frame arriving read by read):
+            # the loop then stops at once, slicing nothing
+            src = bytes(buf) if n < 7 or _FRAME_HDR.unpack_from(buf, 0)[2] + 8 <= n else buf
             payload_max = self._payload_max
             channels = self.channels
             publish_cache = self._publish_cache
             header_cache = self._header_cache
             try:
                 while n - pos >= 7:
-                    ftype, channel, size = _FRAME_HDR.unpack_from(buf, pos)
+                    ftype, channel, size = _FRAME_HDR.unpack_from(src, pos)
                     if size > payload_max:
                         limit = payload_max - FRAME_SIZE_FUDGE + 8
                         raise _FrameError(FRAME_ERROR, f"frame size {size + 8} exceeds frame_max {limit} "
@@ -208,10 +213,10 @@ class ServerConnection(Outbox):
                     end = pos + 7 + size
                     if end >= n:
                         break
-                    if buf[end] != FRAME_END:
-                        raise _FrameError(FRAME_ERROR, f"invalid frame end byte 0x{buf[end]:02x}",
+                    if src[end] != FRAME_END:
+                        raise _FrameError(FRAME_ERROR, f"invalid frame end byte 0x{src[end]:02x}",
                                           hard=True)
-                    payload = bytes(buf[pos + 7:end])
+                    payload = src[pos + 7:end]
                     pos = end + 1
                     # the hot path: a basic.publish, or a content frame of a publish in progress,
                     # on an open channel (anything unusual takes the generic path below)
@@ -228,7 +233,7 @@ class ServerConnection(Outbox):
                                 publish_cache[payload] = decoded
                             if decoded is not None:
                                 exchange, rk, mandatory, immediate = decoded
-                                whole = _whole_content(buf, pos, n, channel, payload_max,
+                                whole = _whole_content(src, pos, n, channel, payload_max,
                                                        self.max_message_size, header_cache)
                                 if whole is None:  # frame by frame (split, large or unusual)
                                     channels[channel] = Content(exchange, rk, mandatory, immediate)

@@ -129,7 +129,7 @@ class TooLarge:
 HEADER_CACHE_MAX = 256  # distinct content-header frames remembered per connection
 
 
-def whole_content(buf: bytearray, pos: int, n: int, channel: int, payload_max: int,
+def whole_content(buf: bytes, pos: int, n: int, channel: int, payload_max: int,
                   max_size: int, cache: dict) -> tuple | None:
     """The usual publish: its content header and single body frame are already in ``buf`` at
     ``pos``, well-formed. Returns (position after them, properties, quick properties, body), or
@@ -145,18 +145,18 @@ def whole_content(buf: bytearray, pos: int, n: int, channel: int, payload_max: i
     end = pos + 7 + size
     if ch != channel or size > payload_max or end >= n:
         return None
-    hit = cache.get(bytes(buf[pos:end + 1]))
+    hit = cache.get(buf[pos:end + 1])
     if hit is None:
         if ftype != FRAME_HEADER or size < 14 or buf[end] != FRAME_END:
             return None
         class_id, _weight, body_size = _CONTENT_HDR.unpack_from(buf, pos + 7)
         if class_id != 60:
             return None
-        properties = bytes(buf[pos + 19:end])
+        properties = buf[pos + 19:end]
         quick = codec.quick_properties(properties)
         if len(cache) >= HEADER_CACHE_MAX:
             cache.clear()
-        cache[bytes(buf[pos:end + 1])] = properties, quick, body_size
+        cache[buf[pos:end + 1]] = properties, quick, body_size
     else:
         properties, quick, body_size = hit
     if body_size > max_size:
@@ -171,7 +171,7 @@ def whole_content(buf: bytearray, pos: int, n: int, channel: int, payload_max: i
     if ftype != FRAME_BODY or ch != channel or size != body_size or size > payload_max or end >= n \
             or buf[end] != FRAME_END:
         return None
-    return end + 1, properties, quick, bytes(buf[pos + 7:end])
+    return end + 1, properties, quick, buf[pos + 7:end]
 
 
 PUBLISH_BATCH = 512  # most publishes handed up as one event
