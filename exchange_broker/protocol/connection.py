@@ -194,10 +194,8 @@ class ServerConnection(Outbox):
                     return
             pos = 0
             n = len(buf)
-            # frames are read from an immutable copy: each slice of it is one allocation (a
-            # bytearray's slice would still need its bytes() copy); buf itself loses what was read.
-            # No copy while the first frame is incomplete (a large frame arriving read by read):
-            # the loop then stops at once, slicing nothing
+            # frames are sliced from one immutable copy (one allocation per slice), made only once
+            # the first frame is complete (a large frame arrives read by read); buf loses what is read
             src = bytes(buf) if n < 7 or _FRAME_HDR.unpack_from(buf, 0)[2] + 8 <= n else buf
             payload_max = self._payload_max
             channels = self.channels
