@@ -126,7 +126,8 @@ class TooLarge:
                          f"max size {self.limit}", 60, 40, hard=False)
 
 
-HEADER_CACHE_MAX = 256  # distinct content-header frames remembered per connection
+HEADER_CACHE_MAX = 256    # distinct content-header frames remembered per connection
+HEADER_CACHE_FRAME = 512  # the largest payload of one remembered (at most 128 KiB a connection)
 
 
 def whole_content(buf: bytes, pos: int, n: int, channel: int, payload_max: int,
@@ -154,9 +155,10 @@ def whole_content(buf: bytes, pos: int, n: int, channel: int, payload_max: int,
             return None
         properties = buf[pos + 19:end]
         quick = codec.quick_properties(properties)
-        if len(cache) >= HEADER_CACHE_MAX:
-            cache.clear()
-        cache[buf[pos:end + 1]] = properties, quick, body_size
+        if size <= HEADER_CACHE_FRAME:  # large headers tables are not kept
+            if len(cache) >= HEADER_CACHE_MAX:
+                cache.clear()
+            cache[buf[pos:end + 1]] = properties, quick, body_size
     else:
         properties, quick, body_size = hit
     if body_size > max_size:
