@@ -127,7 +127,7 @@ class TooLarge:
 
 
 HEADER_CACHE_MAX = 256    # distinct content-header frames remembered per connection
-HEADER_CACHE_FRAME = 512  # the largest payload of one remembered (at most 128 KiB a connection)
+HEADER_CACHE_FRAME = 512  # the largest payload of one remembered (so ~260 KiB a connection at most)
 
 
 def whole_content(buf: bytes, pos: int, n: int, channel: int, payload_max: int,
