@@ -66,13 +66,14 @@ class PublishMethods:
     def _route(self, ex, routing_key: str, mandatory: bool, properties: bytes, body: bytes,
                seq: int, tokens: list | None = None, quick: tuple | None = None) -> None:
         sess = self.session
-        quick = quick or codec.quick_properties(properties)
-        reply_to = sess.broker.reply_to
-        if quick[2] & codec.FLAG_REPLY_TO:
-            properties = reply_to.rewrite_reply_to(self, properties)
+        if quick is None:
+            quick = codec.quick_properties(properties)
+        flags = quick[2]
+        if flags & codec.FLAG_REPLY_TO:
+            properties = sess.broker.reply_to.rewrite_reply_to(self, properties)
         msg = from_wire(ex.name, routing_key, properties, body, sess.principal, quick)
         if ex.name == "" and routing_key.startswith(REPLY_PREFIX):
-            routed = reply_to.deliver(msg)
+            routed = sess.broker.reply_to.deliver(msg)
             if not routed and mandatory:
                 self._return_unroutable(ex.name, routing_key, properties, body)
             if seq:
@@ -80,8 +81,8 @@ class PublishMethods:
             sess.mark_dirty()
             return
         routed, waiter, rejected = sess.broker.publish(sess.vhost, ex, msg,
-                                                       bool(quick[2] & codec.FLAG_HEADERS), sess,
-                                                       channel=self.number)
+                                                       flags & codec.FLAG_HEADERS != 0, sess,
+                                                       self.number)
         if not routed and mandatory:
             self._return_unroutable(ex.name, routing_key, properties, body)
         if seq:

@@ -323,6 +323,9 @@ class Broker:
             self.stats["return_unroutable"] += 1
             return False, None, False
         ex.stats_out += len(queues)  # publish_out: one per queue reached, as RabbitMQ counts it
+        if len(queues) == 1:  # enqueue, inlined for one queue
+            waiter = queues[0].enqueue(msg, publisher, msg.ttl)
+            return True, waiter, waiter is None and msg.rejected
         return self.enqueue(queues, msg, publisher)
 
     def dispatch_deferred(self, later: list) -> None:

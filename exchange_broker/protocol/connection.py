@@ -47,6 +47,7 @@ _CH_CLOSE_OK = commands.Channel.CloseOk.index
 _OPEN_OK_PAYLOAD = struct.pack(">HHI", 20, 11, 0)
 _CLOSE_OK_PAYLOAD = struct.pack(">HH", 20, 41)
 _PUBLISH_ID = struct.pack(">I", BASIC_PUBLISH)
+PUBLISH_CACHE_MAX = 256  # distinct basic.publish method payloads remembered per connection
 _CONN_CLOSE_OK_FRAME = frame(FRAME_METHOD, 0, struct.pack(">HH", 10, 51))
 FRAME_SIZE_FUDGE = 8  # RabbitMQ accepts frames up to 8 bytes over frame_max (a common client slip)
 
@@ -80,6 +81,8 @@ class ServerConnection(Outbox):
         self.client_properties: dict = {}
         self.state = "header"  # header, start, tune, open, opened, closing, closed
         self._buf = bytearray()
+        self._publish_cache: dict = {}  # basic.publish payloads seen: their decoded arguments
+        self._header_cache: dict = {}   # content-header frames seen (content.whole_content)
         self._output = Output()
         self._out = self._output.ready
         # largest frame payload accepted: RabbitMQ's initial_frame_max until tune-ok, then frame_max
@@ -191,11 +194,16 @@ class ServerConnection(Outbox):
                     return
             pos = 0
             n = len(buf)
+            # frames are sliced from one immutable copy (one allocation per slice), made only once
+            # the first frame is complete (a large frame arrives read by read); buf loses what is read
+            src = bytes(buf) if n < 7 or _FRAME_HDR.unpack_from(buf, 0)[2] + 8 <= n else buf
             payload_max = self._payload_max
             channels = self.channels
+            publish_cache = self._publish_cache
+            header_cache = self._header_cache
             try:
                 while n - pos >= 7:
-                    ftype, channel, size = _FRAME_HDR.unpack_from(buf, pos)
+                    ftype, channel, size = _FRAME_HDR.unpack_from(src, pos)
                     if size > payload_max:
                         limit = payload_max - FRAME_SIZE_FUDGE + 8
                         raise _FrameError(FRAME_ERROR, f"frame size {size + 8} exceeds frame_max {limit} "
@@ -203,10 +211,10 @@ class ServerConnection(Outbox):
                     end = pos + 7 + size
                     if end >= n:
                         break
-                    if buf[end] != FRAME_END:
-                        raise _FrameError(FRAME_ERROR, f"invalid frame end byte 0x{buf[end]:02x}",
+                    if src[end] != FRAME_END:
+                        raise _FrameError(FRAME_ERROR, f"invalid frame end byte 0x{src[end]:02x}",
                                           hard=True)
-                    payload = bytes(buf[pos + 7:end])
+                    payload = src[pos + 7:end]
                     pos = end + 1
                     # the hot path: a basic.publish, or a content frame of a publish in progress,
                     # on an open channel (anything unusual takes the generic path below)
@@ -214,10 +222,17 @@ class ServerConnection(Outbox):
                         content = channels.get(channel, False)
                         event = None
                         if ftype == FRAME_METHOD:
-                            if content is None and payload[:4] == _PUBLISH_ID:
-                                exchange, rk, mandatory, immediate = codec.decode_publish(payload)
-                                whole = _whole_content(buf, pos, n, channel, payload_max,
-                                                       self.max_message_size)
+                            # a basic.publish payload seen before is known by its bytes
+                            decoded = publish_cache.get(payload) if content is None else None
+                            if decoded is None and content is None and payload[:4] == _PUBLISH_ID:
+                                decoded = codec.decode_publish(payload)
+                                if len(publish_cache) >= PUBLISH_CACHE_MAX:
+                                    publish_cache.clear()
+                                publish_cache[payload] = decoded
+                            if decoded is not None:
+                                exchange, rk, mandatory, immediate = decoded
+                                whole = _whole_content(src, pos, n, channel, payload_max,
+                                                       self.max_message_size, header_cache)
                                 if whole is None:  # frame by frame (split, large or unusual)
                                     channels[channel] = Content(exchange, rk, mandatory, immediate)
                                     continue

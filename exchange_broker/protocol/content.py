@@ -126,23 +126,43 @@ class TooLarge:
                          f"max size {self.limit}", 60, 40, hard=False)
 
 
-def whole_content(buf: bytearray, pos: int, n: int, channel: int, payload_max: int,
-                   max_size: int) -> tuple | None:
+HEADER_CACHE_MAX = 256    # distinct content-header frames remembered per connection
+HEADER_CACHE_FRAME = 512  # the largest payload of one remembered (so ~260 KiB a connection at most)
+
+
+def whole_content(buf: bytes, pos: int, n: int, channel: int, payload_max: int,
+                  max_size: int, cache: dict) -> tuple | None:
     """The usual publish: its content header and single body frame are already in ``buf`` at
     ``pos``, well-formed. Returns (position after them, properties, quick properties, body), or
-    None to take them frame by frame (which also reports whatever is wrong with them)."""
+    None to take them frame by frame (which also reports whatever is wrong with them).
+
+    ``cache``: the connection's content-header frames already seen (a publisher repeats the
+    same one, byte for byte, for same-sized messages), each with its (properties, quick
+    properties, body size): those are checked and decoded once, and share one properties
+    object."""
     if n - pos < 21:
         return None
     ftype, ch, size = _FRAME_HDR.unpack_from(buf, pos)
     end = pos + 7 + size
-    if ftype != FRAME_HEADER or ch != channel or size < 14 or size > payload_max or end >= n \
-            or buf[end] != FRAME_END:
+    if ch != channel or size > payload_max or end >= n:
         return None
-    class_id, _weight, body_size = _CONTENT_HDR.unpack_from(buf, pos + 7)
-    if class_id != 60 or body_size > max_size:
+    hit = cache.get(buf[pos:end + 1])
+    if hit is None:
+        if ftype != FRAME_HEADER or size < 14 or buf[end] != FRAME_END:
+            return None
+        class_id, _weight, body_size = _CONTENT_HDR.unpack_from(buf, pos + 7)
+        if class_id != 60:
+            return None
+        properties = buf[pos + 19:end]
+        quick = codec.quick_properties(properties)
+        if size <= HEADER_CACHE_FRAME:  # large headers tables are not kept
+            if len(cache) >= HEADER_CACHE_MAX:
+                cache.clear()
+            cache[buf[pos:end + 1]] = properties, quick, body_size
+    else:
+        properties, quick, body_size = hit
+    if body_size > max_size:
         return None
-    properties = bytes(buf[pos + 19:end])
-    quick = codec.quick_properties(properties)
     pos = end + 1
     if body_size == 0:
         return pos, properties, quick, b""
@@ -153,7 +173,7 @@ def whole_content(buf: bytearray, pos: int, n: int, channel: int, payload_max: i
     if ftype != FRAME_BODY or ch != channel or size != body_size or size > payload_max or end >= n \
             or buf[end] != FRAME_END:
         return None
-    return end + 1, properties, quick, bytes(buf[pos + 7:end])
+    return end + 1, properties, quick, buf[pos + 7:end]
 
 
 PUBLISH_BATCH = 512  # most publishes handed up as one event

@@ -84,7 +84,10 @@ class ClassicQueue(QueueType):
 
     # -- publishing ----------------------------------------------------------------------------------
     def enqueue(self, m: Message, publisher, per_message_ttl: int | None):
-        if not self.admit(m, per_message_ttl):
+        opts = self.options
+        if (self.dedup is not None or per_message_ttl is not None or opts.message_ttl is not None
+                or opts.max_length is not None or opts.max_length_bytes is not None) \
+                and not self.admit(m, per_message_ttl):  # admit has nothing to do otherwise
             return None
         m.seq = self.next_seq
         self.next_seq += 1
@@ -430,9 +433,14 @@ class ClassicQueue(QueueType):
             if self.has_ttl:
                 self._expire_head(arriving)
             while ready and consumers:
-                c = self._pick()
-                if c is None:
-                    break
+                if len(consumers) == 1:  # _pick, inlined for the usual case
+                    c = consumers[0]
+                    if not c.can_take():
+                        break
+                else:
+                    c = self._pick()
+                    if c is None:
+                        break
                 msg = ready.popleft()
                 if msg.expires_ms is not None and msg.expires_ms <= self.broker.now_ms() and msg is not arriving:
                     self._discard(msg, "expired")

@@ -224,6 +224,23 @@ def test_write_batch_append_remove_marks(store: SqlStore):
     store.write_batch([], [], {})  # empty batch is a no-op
 
 
+def test_write_batch_removes_in_runs_gaps_and_scattered(store: SqlStore):
+    """Removes go as range deletes when they form a few runs of consecutive seqs (acks with
+    multiple), as an IN list when scattered: either way exactly the named rows go, and a
+    row between two runs stays."""
+    qid = new_queue(store)
+    other = new_queue(store, "other")
+    store.write_batch([msg(qid, s) for s in range(1, 201)] + [msg(other, s) for s in range(1, 11)],
+                      [], {})
+    runs = [*range(1, 51), *range(52, 101), 150, 150, 151]  # two runs, a gap (51), a duplicate
+    store.write_batch([], [(qid, s) for s in runs] + [(other, 5)], {})
+    assert seqs(store, qid) == [51, *range(101, 150), *range(152, 201)]
+    assert seqs(store, other) == [1, 2, 3, 4, 6, 7, 8, 9, 10]
+    scattered = list(range(101, 150, 2)) + [999]  # more runs than RANGES_MAX, one never stored
+    store.write_batch([], [(qid, s) for s in scattered], {})
+    assert seqs(store, qid) == [51, *range(102, 150, 2), *range(152, 201)]
+
+
 def test_write_batch_append_and_remove_in_one_batch_cancel(store: SqlStore):
     qid = new_queue(store)
     store.write_batch([msg(qid, 1), msg(qid, 2)], [(qid, 1)], {})

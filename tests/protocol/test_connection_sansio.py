@@ -471,6 +471,40 @@ def test_message_larger_than_max_message_size_is_a_channel_error():
     assert isinstance(events[0], ev.Publish) and len(events[0].body) == 1024
 
 
+def test_repeated_publishes_decoded_once_and_checked_each_time():
+    """A publisher repeats the same basic.publish payload and content-header frame: the
+    connection decodes them once (the messages share one properties object), yet each publish
+    is still checked: the same header on another channel, a body that does not match the
+    header's size, a message over the limit, a header split from its body."""
+    conn = opened(channels=(1, 2), max_message_size=1024)
+    props = commands.Basic.Properties(delivery_mode=2, content_type="text/plain")
+    one = publish_frames(1, b"a" * 10, properties=props, routing_key="k")
+    events = conn.receive_data(one * 3)
+    [run] = events
+    assert type(run) is ev.Publishes and [p.body for p in run.items] == [b"a" * 10] * 3
+    assert [(p.routing_key, p.quick[0]) for p in run.items] == [("k", 2)] * 3
+    assert run.items[0].properties is run.items[2].properties
+    # the same header frame bytes, but on channel 2: decoded for channel 2
+    events = conn.receive_data(publish_frames(2, b"b" * 10, properties=props, routing_key="k"))
+    assert [(e.channel, e.body) for e in events] == [(2, b"b" * 10)]
+    # a body split in two after the same header: frame by frame, the same message
+    events = conn.receive_data(publish_frames(1, b"c" * 10, chunks=2, properties=props, routing_key="k"))
+    assert [(e.channel, e.body, e.quick[0]) for e in events] == [(1, b"c" * 10, 2)]
+    # input cut inside the body frame: nothing yet, then the whole publish
+    data = publish_frames(1, b"d" * 10, properties=props, routing_key="k")
+    assert conn.receive_data(data[:-5]) == []
+    events = conn.receive_data(data[-5:])
+    assert [(e.channel, e.body) for e in events] == [(1, b"d" * 10)]
+    # over the limit: refused although the publish payload was seen before
+    events = conn.receive_data(publish_frames(1, b"x" * 1025, properties=props, routing_key="k"))
+    assert len(events) == 1 and isinstance(events[0].method, TooLarge)
+    # a body frame longer than the (cached) header announced is a frame error
+    bad = m(commands.Basic.Publish(exchange="", routing_key="k"), 2) + \
+        m(pheader.ContentHeader(0, 10, props), 2) + raw_frame(3, 2, b"e" * 11)
+    events = conn.receive_data(bad)
+    assert events == [ev.Closing(501, "content body of 11 bytes exceeds the declared size 10", False)]
+
+
 # -- channels and closing --------------------------------------------------------------------------
 
 def test_channel_close_by_client():
