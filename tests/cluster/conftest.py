@@ -38,8 +38,9 @@ def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
         return node.start_node()
 
     def together(*specs: tuple[str, ...]) -> list[NodeProcess]:
-        """nodes.together(("n1", *extra), ("n2", *extra), ...) -> those nodes, started at once
-        (peers: ``--cluster-mode leaders``, whose nodes migrate the store one at a time)."""
+        """nodes.together(("n1", *extra), ("n2", *extra), ...) -> those nodes, started at once:
+        peers (``--cluster-mode leaders``: they migrate the store one at a time), or standbys of
+        an active node that runs already."""
         batch = [NodeProcess(workdir, cluster_url, *spec) for spec in specs]
         started.extend(batch)
         for node in batch:
