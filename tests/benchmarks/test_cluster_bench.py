@@ -19,7 +19,7 @@ PG_URL = os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0
 def test_cluster_bench_reports_each_node_count_the_passed_on_cost_and_failover(pg_database):
     out = subprocess.run([sys.executable, str(BENCH / "cluster_bench.py"), "--cluster-mode", "active-standby",
                           "--pg-url", PG_URL, "--runs", "1",
-                          "--nodes", "1,2", "--queues", "2", "--seconds", "1", "--scenario", "transient",
+                          "--nodes", "1,2", "--queues", "2", "--seconds", "2", "--scenario", "transient",
                           "--heartbeat", "0.5", "--failover-timeout", "3", "--messages", "50"],
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]

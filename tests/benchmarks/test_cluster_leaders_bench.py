@@ -20,7 +20,7 @@ PG_URL = os.environ.get("EB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0
 @pytest.mark.slow
 def test_leaders_bench_reports_local_forwarded_cost_and_failover_and_loses_nothing(pg_database, tmp_path):
     out = subprocess.run([sys.executable, str(BENCH / "cluster_bench.py"), "--cluster-mode", "leaders",
-                          "--pg-url", PG_URL, "--runs", "1", "--nodes", "2", "--queues", "2", "--seconds", "1",
+                          "--pg-url", PG_URL, "--runs", "1", "--nodes", "2", "--queues", "2", "--seconds", "2",
                           "--heartbeat", "0.5", "--failover-timeout", "3", "--failover-rate", "500",
                           "--keep-logs", str(tmp_path), "--json"],
                          capture_output=True, text=True, timeout=300)
