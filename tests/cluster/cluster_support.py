@@ -38,6 +38,10 @@ class NodeProcess(SubprocessBroker):
         self.port_file: Path | None = None
 
     def start_node(self, timeout: float = 30.0) -> "NodeProcess":
+        return self.launch().ready(timeout)
+
+    def launch(self) -> "NodeProcess":
+        """The process started; ``ready()`` waits for it (several nodes can start at once)."""
         assert not self.alive()
         n = next(self._ids)
         self.port_file = self.workdir / f"port-{self.name}-{n}"
@@ -47,6 +51,10 @@ class NodeProcess(SubprocessBroker):
             self.proc = subprocess.Popen(self.command(self.port_file), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=log, cwd=str(REPO),
                                          env=subprocess_env(self.env), start_new_session=True)
+        return self
+
+    def ready(self, timeout: float = 30.0) -> "NodeProcess":
+        """Once it is active (its log says it is ready) or standing by (its log says so)."""
         ready = wait_until(lambda: self.proc.poll() is not None or self.is_active() or
                            (self.listening() and "is standing by" in self.log()), timeout=timeout, interval=0.05)
         if not ready or self.proc.poll() is not None:

@@ -28,7 +28,8 @@ def migrated_url(pg_database) -> str:
 @pytest.fixture
 def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
     """nodes(name, *extra_args, url=None) -> a started NodeProcess (active or standing by), on
-    ``cluster_url`` unless ``url`` says another way to it (a proxy, a multi-host URL)."""
+    ``cluster_url`` unless ``url`` says another way to it (a proxy, a multi-host URL);
+    ``nodes.together(...)`` starts several at once."""
     started: list[NodeProcess] = []
 
     def start(name: str, *extra: str, url: str | None = None) -> NodeProcess:
@@ -36,6 +37,17 @@ def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
         started.append(node)
         return node.start_node()
 
+    def together(*specs: tuple[str, ...]) -> list[NodeProcess]:
+        """nodes.together(("n1", *extra), ("n2", *extra), ...) -> those nodes, started at once:
+        peers (``--cluster-mode leaders``: they migrate the store one at a time), or standbys of
+        an active node that runs already."""
+        batch = [NodeProcess(workdir, cluster_url, *spec) for spec in specs]
+        started.extend(batch)
+        for node in batch:
+            node.launch()
+        return [node.ready() for node in batch]
+
+    start.together = together
     try:
         yield start
     finally:

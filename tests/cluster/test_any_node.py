@@ -17,7 +17,8 @@ from eb_support import pika_connect, wait_until
 
 
 def three(nodes):
-    n1, n2, n3 = nodes("n1"), nodes("n2"), nodes("n3")
+    n1 = nodes("n1")
+    n2, n3 = nodes.together(("n2",), ("n3",))  # two standbys of n1, started at once
     assert n1.is_active() and not n2.is_active() and not n3.is_active()
     wait_for_status_ready(n2, n3)
     return n1, n2, n3

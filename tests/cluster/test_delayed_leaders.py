@@ -49,7 +49,7 @@ def publish_delayed(port: int, body: bytes, delay_ms: int) -> None:
 
 @pytest.mark.slow
 def test_delayed_messages_fire_once_and_survive_the_firing_nodes_death(nodes, cluster_url):
-    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    n1, n2 = nodes.together(("n1", *LEADERS), ("n2", *LEADERS))
     assert wait_until(lambda: firing_node(cluster_url) is not None, timeout=20)
     fires = firing_node(cluster_url)
     firing, other = (n1, n2) if fires == "n1" else (n2, n1)

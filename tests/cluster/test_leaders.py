@@ -19,7 +19,7 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 def three(nodes):
-    return nodes("n1", *LEADERS), nodes("n2", *LEADERS), nodes("n3", *LEADERS)
+    return tuple(nodes.together(("n1", *LEADERS), ("n2", *LEADERS), ("n3", *LEADERS)))  # at once: peers
 
 
 def leaders_of(url: str) -> dict[str, str]:
@@ -251,7 +251,7 @@ def test_queue_types_and_features_across_nodes(nodes):
 
 
 def test_purge_and_delete_through_a_node_that_does_not_lead_the_queue(nodes):
-    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    n1, n2 = nodes.together(("n1", *LEADERS), ("n2", *LEADERS))
     lead, other = pika_connect(n1.port), pika_connect(n2.port)
     try:
         d, o = lead.channel(), other.channel()
@@ -314,7 +314,7 @@ def test_the_same_queue_declared_on_two_nodes_at_once_keeps_every_confirmed_mess
     confirms: one node's queue is kept (the other's becomes a placeholder for it); every message
     either side had confirmed is in it."""
     import threading
-    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    n1, n2 = nodes.together(("n1", *LEADERS), ("n2", *LEADERS))
     conns = [pika_connect(n1.port), pika_connect(n2.port)]
     try:
         channels = [c.channel() for c in conns]
@@ -357,7 +357,7 @@ def test_the_same_queue_declared_on_two_nodes_at_once_keeps_every_confirmed_mess
 
 
 def test_an_auto_delete_queue_goes_when_its_last_consumer_on_any_node_goes(nodes):
-    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    n1, n2 = nodes.together(("n1", *LEADERS), ("n2", *LEADERS))
     c1, c2 = pika_connect(n1.port), pika_connect(n2.port)
     try:
         ch1, ch2 = c1.channel(), c2.channel()
@@ -381,7 +381,7 @@ def test_an_auto_delete_queue_goes_when_its_last_consumer_on_any_node_goes(nodes
 
 
 def test_message_ttl_applies_on_the_leader_for_messages_published_through_another_node(nodes):
-    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    n1, n2 = nodes.together(("n1", *LEADERS), ("n2", *LEADERS))
     lead, other = pika_connect(n1.port), pika_connect(n2.port)
     try:
         d, o = lead.channel(), other.channel()
@@ -402,7 +402,7 @@ def test_message_ttl_applies_on_the_leader_for_messages_published_through_anothe
 
 
 def test_a_streams_chunks_and_info_are_served_by_its_leaders_admin_api(nodes):
-    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    n1, n2 = nodes.together(("n1", *LEADERS), ("n2", *LEADERS))
     conn = pika_connect(n1.port)
     try:
         ch = conn.channel()

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 
 def three(nodes):
-    return nodes("n1", *LEADERS), nodes("n2", *LEADERS), nodes("n3", *LEADERS)
+    return tuple(nodes.together(("n1", *LEADERS), ("n2", *LEADERS), ("n3", *LEADERS)))  # at once: peers
 
 
 def led_by(url: str, queue: str) -> str | None:
