@@ -7,7 +7,6 @@ import fcntl
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -135,8 +134,7 @@ def pytest_runtest_protocol(item, nextitem):
     The one exception: ``exclusive(companion=True)`` (the cluster group) lets one light test run
     beside it. A light test that finds the turnstile shut takes the "companion" lane instead
     (one holder at a time; it does not hold the shared lock, so the exclusive test does not wait
-    for it), or waits for either (polling: the lane frees when its holder's next test is heavy).
-    A plain ``exclusive`` test takes the companion lane too: nothing runs beside it."""
+    for it). A plain ``exclusive`` test takes the companion lane too: nothing runs beside it."""
     locks = os.environ.get("EB_TEST_LOCK_DIR")
     if locks is None or "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing runs beside
         yield
@@ -145,22 +143,17 @@ def pytest_runtest_protocol(item, nextitem):
     exclusive = mode in ("alone", "companion")
     if not _held:
         turnstile = None
-        while mode == "light":  # the turnstile shut (an exclusive test waits or runs): the lane, once free
+        if mode == "light":  # the turnstile shut (an exclusive test waits or runs): the lane, if free
             turnstile = _locked(os.path.join(locks, "turnstile"), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            lane = None if turnstile or os.path.exists(os.path.join(locks, "alone")) else \
-                _locked(os.path.join(locks, "companion"), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lane = None if turnstile else _locked(os.path.join(locks, "companion"), fcntl.LOCK_EX | fcntl.LOCK_NB)
             if lane is not None:
                 _held.append(lane)
-            if turnstile or lane:
-                break
-            time.sleep(0.1)
         if not _held:
             turnstile = turnstile or _locked(os.path.join(locks, "turnstile"), fcntl.LOCK_EX)
             _held.append(_locked(os.path.join(locks, "lock"), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH))
             if exclusive:
                 _held.append(turnstile)
-                if mode == "alone":  # no new companion; the one running, if any, ends first
-                    Path(locks, "alone").touch()
+                if mode == "alone":  # and the companion, if one runs, ends first
                     _held.append(_locked(os.path.join(locks, "companion"), fcntl.LOCK_EX))
             else:
                 turnstile.close()
@@ -168,8 +161,6 @@ def pytest_runtest_protocol(item, nextitem):
         yield
     finally:
         if not (exclusive and nextitem is not None and _lock_mode(nextitem) == mode):
-            if mode == "alone":
-                Path(locks, "alone").unlink(missing_ok=True)
             while _held:
                 _held.pop().close()
 
