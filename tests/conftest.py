@@ -38,9 +38,7 @@ def pytest_addoption(parser, pluginmanager):
 #   timeout) and the cluster benchmarks. Two of these tests side by side (6 node processes and
 #   their load on 2 cores) starve nodes of CPU until they are evicted (seen with --dist=load:
 #   11 of 29 failed), and beside 3 other workers, on a busy machine, nodes were still starved past
-#   a 4.5 s lease: so the group runs ``exclusive``, beside at most ONE light test (a "companion":
-#   not one on Spark's JVM, nor a browser, a benchmark, cluster nodes or a CPU-bound load test,
-#   ``_heavy``) on another worker. With none, the other workers sat idle for the group's ~7 minutes.
+#   a 4.5 s lease: so the group also runs alone (``exclusive``), as in one process.
 # tests/spark is not one unit: as one, its 176 tests (568 s summed on a busy machine) were the
 # run's long pole on one worker; a worker that runs a Spark module starts its own JVM (the
 # session-scoped ``spark`` fixture), up to one per worker.
@@ -48,15 +46,6 @@ def pytest_addoption(parser, pluginmanager):
 # xdist_group marks, pytest-xdist issue #1386.)
 SCOPE_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster"}
 EXCLUSIVE_GROUPS = {"cluster"}
-# never a companion of an exclusive group: what takes a core of its own (a browser, load, nodes),
-# and every test on the session's Spark JVM (the ``spark`` fixture)
-HEAVY = ("tests/benchmarks/", "tests/ui/", "tests/mqtt/test_websocket_browser.py",
-         "tests/spark/test_spark_on_a_cluster.py", "tests/movers/test_shovel_restarts.py",
-         "tests/security/test_fuzz.py")
-
-
-def _heavy(item) -> bool:
-    return item.nodeid.startswith(HEAVY) or "spark" in getattr(item, "fixturenames", ())
 
 
 def _scope_of(nodeid: str) -> str:
@@ -81,7 +70,7 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if _scope_of(item.nodeid) in EXCLUSIVE_GROUPS:
-            item.add_marker(pytest.mark.exclusive(companion=True))
+            item.add_marker(pytest.mark.exclusive)
 
 
 def pytest_configure(config):
@@ -100,23 +89,10 @@ def pytest_unconfigure(config):
 
 
 def _locked(path: str, mode: int):
-    """``path`` opened and flock()ed with ``mode`` (None if ``mode`` has LOCK_NB and the lock is
-    taken); closing the file releases the lock."""
+    """``path`` opened and flock()ed with ``mode``; closing the file releases the lock."""
     fh = open(path, "a")
-    try:
-        fcntl.flock(fh, mode)
-    except BlockingIOError:
-        fh.close()
-        return None
+    fcntl.flock(fh, mode)
     return fh
-
-
-def _lock_mode(item) -> str:
-    """"alone", "companion" (exclusive, one light test may run beside), "light" or "heavy"."""
-    mark = item.get_closest_marker("exclusive")
-    if mark is not None:
-        return "companion" if mark.kwargs.get("companion") else "alone"
-    return "heavy" if _heavy(item) else "light"
 
 
 _held: list = []  # the open lock files while this worker holds the run's lock
@@ -129,38 +105,23 @@ def pytest_runtest_protocol(item, nextitem):
     other test holds it shared; an exclusive one waits until the running ones end and keeps new
     ones from starting (through the turnstile, which it keeps shut, so the others taking turns
     cannot starve it), and keeps it for the exclusive tests that come next on its worker (a group
-    of them runs alone as a whole). Held around the test's setup, call and teardown.
-
-    The one exception: ``exclusive(companion=True)`` (the cluster group) lets one light test run
-    beside it. A light test that finds the turnstile shut takes the "companion" lane instead
-    (one holder at a time; it does not hold the shared lock, so the exclusive test does not wait
-    for it). A plain ``exclusive`` test takes the companion lane too: nothing runs beside it."""
+    of them runs alone as a whole). Held around the test's setup, call and teardown."""
     locks = os.environ.get("EB_TEST_LOCK_DIR")
     if locks is None or "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing runs beside
         yield
         return
-    mode = _lock_mode(item)
-    exclusive = mode in ("alone", "companion")
+    exclusive = item.get_closest_marker("exclusive") is not None
     if not _held:
-        turnstile = None
-        if mode == "light":  # the turnstile shut (an exclusive test waits or runs): the lane, if free
-            turnstile = _locked(os.path.join(locks, "turnstile"), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            lane = None if turnstile else _locked(os.path.join(locks, "companion"), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if lane is not None:
-                _held.append(lane)
-        if not _held:
-            turnstile = turnstile or _locked(os.path.join(locks, "turnstile"), fcntl.LOCK_EX)
-            _held.append(_locked(os.path.join(locks, "lock"), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH))
-            if exclusive:
-                _held.append(turnstile)
-                if mode == "alone":  # and the companion, if one runs, ends first
-                    _held.append(_locked(os.path.join(locks, "companion"), fcntl.LOCK_EX))
-            else:
-                turnstile.close()
+        turnstile = _locked(os.path.join(locks, "turnstile"), fcntl.LOCK_EX)
+        _held.append(_locked(os.path.join(locks, "lock"), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH))
+        if exclusive:
+            _held.append(turnstile)
+        else:
+            turnstile.close()
     try:
         yield
     finally:
-        if not (exclusive and nextitem is not None and _lock_mode(nextitem) == mode):
+        if not (exclusive and nextitem is not None and nextitem.get_closest_marker("exclusive")):
             while _held:
                 _held.pop().close()
 
