@@ -91,6 +91,7 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
 
     placement = Placement(node, broker, durability, config.queue_window, make_remote, is_remote)
     node.on_evicted = placement.demote_all
+    node.on_rejoined = placement.point_at_leaders
 
     async def drain() -> None:
         durability.flush()
