@@ -188,6 +188,8 @@ class LeaderNode:
         if self.lease.beat_ok(started):
             log.warning("cluster: node '%s' reaches the database again after %.1f s; it still leads its queues",
                         self.name, self.lease.now() - self._lost_at)
+            if self.mirror is not None:
+                self.mirror.request()  # what was read meanwhile was not placed (serve_leaders.applied)
         if self.server is not None and self.lease.may_deliver():
             self.server.release_held()
         return True
