@@ -106,9 +106,12 @@ class ClusterStore:
             yield conn
 
     # -- nodes --------------------------------------------------------------------------------------
-    def register(self, name: str, *, role: str, amqp_address: str = "", admin_address: str = "") -> int:
-        """Add (or restart) node ``name``; returns its new incarnation. Raises NodeNameInUse when a
-        live node of another process already has the name."""
+    def register(self, name: str, *, role: str, amqp_address: str = "", admin_address: str = "",
+                 at_least: int = 1) -> int:
+        """Add (or restart) node ``name``; returns its new incarnation, at least ``at_least`` (a
+        process that was evicted, its row deleted, joins again above its old incarnation: what the
+        old one still writes stays fenced). Raises NodeNameInUse when a live node of another
+        process already has the name."""
         pid, host = os.getpid(), socket.gethostname()
         with self.transaction() as conn:
             row = conn.execute(text(
@@ -118,7 +121,7 @@ class ClusterStore:
                     not (row.host == host and not _running(row.pid)):  # a killed node may restart at once
                 raise NodeNameInUse(f"the node name {name!r} is in use by a live node (pid {row.pid} on "
                                     f"host {row.host}); give this node another --node-name")
-            incarnation = (row.incarnation + 1) if row is not None else 1
+            incarnation = max((row.incarnation + 1) if row is not None else 1, at_least)
             conn.execute(text(
                 "INSERT INTO cluster_nodes (name, amqp_address, admin_address, pid, host, role, incarnation, "
                 "failover_timeout, started_at, heartbeat_at) "

@@ -55,12 +55,14 @@ class LeaderNode:
         self.store = ClusterStore(store_url, failover_timeout)
         self.leaders_store = LeadersStore(self.store)
         self.incarnation: int | None = None
+        self._last_incarnation = 0  # (a rejoin registers above it)
         self.role = "leader"
         self.broker = None
         self.link_secret = ""
         self.leaders: dict[tuple[str, str], Leader] = {}
         self.members: dict[str, str] = {}  # live nodes -> AMQP address, read each beat
         self.on_evicted: Callable[[], int] = lambda: 0  # drop what it led (Placement.demote_all)
+        self.on_rejoined: Callable[[], int] = lambda: 0  # point the placeholders (Placement.point_at_leaders)
         self.drain: Callable[[], Awaitable[None]] | None = None  # every store write issued so far is done
         self.listening: tuple[str, str] = ("", "")
         self.lease = DbLease(time.monotonic, heartbeat, failover_timeout)
@@ -82,7 +84,8 @@ class LeaderNode:
         started = self.lease.beat_started()
         try:
             self.incarnation = await self._call(
-                lambda: self.store.register(self.name, role="leader", amqp_address=amqp, admin_address=admin))
+                lambda: self.store.register(self.name, role="leader", amqp_address=amqp, admin_address=admin,
+                                            at_least=self._last_incarnation + 1))
         except NodeNameInUse as exc:
             raise ClusterStartError(str(exc)) from None
         self.lease.rejoined(started)
@@ -185,6 +188,8 @@ class LeaderNode:
         if self.lease.beat_ok(started):
             log.warning("cluster: node '%s' reaches the database again after %.1f s; it still leads its queues",
                         self.name, self.lease.now() - self._lost_at)
+            if self.mirror is not None:
+                self.mirror.request()  # what was read meanwhile was not placed (serve_leaders.applied)
         if self.server is not None and self.lease.may_deliver():
             self.server.release_held()
         return True
@@ -204,6 +209,7 @@ class LeaderNode:
         self._rejoining = True
         try:
             self.lease.evicted()
+            self._last_incarnation = max(self._last_incarnation, self.incarnation or 0)
             self.incarnation = None  # every write fails its fence from now (node_fence matches no row)
             closed = self.server.drop_held() if self.server is not None else 0
             dropped = self.on_evicted()
@@ -216,6 +222,7 @@ class LeaderNode:
                 except (SQLAlchemyError, ClusterStartError) as exc:
                     log.warning("cluster: rejoining failed (%s); trying again", " ".join(str(exc).split())[:200])
                     await asyncio.sleep(self.heartbeat)
+            self.on_rejoined()  # its placeholders follow the leaders it just read
             await self._call(self.store.bump_definitions)  # the other nodes learn it is back
             if self.mirror is not None:
                 self.mirror.request()

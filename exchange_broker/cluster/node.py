@@ -18,9 +18,15 @@ node, so no queue is ever served by two processes:
   a supervisor restarts it, as a standby. (A lock merely lost in a database outage is taken again
   when the database answers; meanwhile the store lease fences the node's writes.)
 
-* an active node whose store lease ran out while it kept the lock (paused, hung) has its database
-  sessions ended by a standby, which takes over; resumed, it stops before it answers a client
-  (``guard``: its last confirmed heartbeat is older than its lease allows);
+* the database going away does not end the active node: while its last confirmed beat is younger
+  than its lease allows it serves as usual (writes wait: confirms stall); past that its ``guard``
+  holds every client's output (``db_lease.py``) until a beat renews the store's lease (the held
+  output goes out: nobody took over) or finds it taken (it stops, as above);
+* an active node whose store lease ran out while it kept the lock (paused, hung, cut off alone)
+  has its database sessions ended by a standby, which takes over; resumed, it holds its output and
+  stops at its next beat. A standby that could not reach the database either first gives the
+  active node a failover timeout to renew its lease (``standby_patience.py``): after an outage of
+  the database itself the active node serves on;
 * every node listens from its start: a standby passes clients on to the active node
   (``forward.py``, ``standby_admin.py``; ``amqp_target``/``admin_target`` come from each beat).
 
@@ -37,6 +43,9 @@ from typing import Callable
 from persistence.cluster_store import STORE_LEASE, ClusterStore, Lease, NodeNameInUse, fence
 from persistence.lock import StoreInUse
 from sqlalchemy.exc import SQLAlchemyError
+
+from exchange_broker.cluster.db_lease import DbLease
+from exchange_broker.cluster.standby_patience import StandbyPatience
 
 log = logging.getLogger("exchange_broker.cluster")
 
@@ -77,17 +86,6 @@ async def leave(node) -> None:
     await node._call(node.store.close)
 
 
-def guard_stale(node, serving_role: str, then: str) -> None:
-    """Before a node answers a client (``ClusterNode`` or ``LeaderNode``): one whose last
-    confirmed heartbeat is older than its lease allows (it was paused, or cut off from the
-    database) may have been replaced, so it must not deliver anything: it stops (fail-stop).
-    ``then``: who may have taken over, for the message."""
-    age = time.monotonic() - node.last_beat_ok
-    if node.role == serving_role and age > node.stale_after:
-        node._lose(f"its last heartbeat was {age:.1f} s ago, longer than its lease allows "
-                   f"({node.stale_after:.1f} s): {then}")
-
-
 class ClusterStartError(Exception):
     """The node cannot join (its name is in use by a live node, ...): one line."""
 
@@ -116,10 +114,13 @@ class ClusterNode:
         # listeners pass client connections there (exchange_broker.cluster.forward)
         self.active: tuple[str, str] | None = None
         self.listening: tuple[str, str] = ("", "")  # this node's (AMQP, admin) addresses, set by the application
-        # monotonic time of the start of the last heartbeat that renewed the store lease; a node
-        # whose lease may have run out since then stops before it answers a client (guard)
-        self.last_beat_ok = time.monotonic()
-        self.stale_after = max(failover_timeout - heartbeat, heartbeat)
+        # the start of the last heartbeat that renewed the store lease: a node whose lease may have
+        # run out since then holds every client's output (guard) until a beat says whether it
+        # still has it (db_lease.py)
+        self.lease = DbLease(time.monotonic, heartbeat, failover_timeout)
+        self.stale_after = self.lease.stale_after
+        self.patience = StandbyPatience(time.monotonic, heartbeat, failover_timeout)  # (a standby's)
+        self.server = None  # the AMQP listener (app.py): its held output is released
         self._beat_ok = False  # the last heartbeat and store lease renewal both succeeded
 
     async def _call(self, fn, *args):
@@ -152,6 +153,9 @@ class ClusterNode:
                 return True
             except StoreInUse as exc:
                 holder = str(exc).replace("; stop it first", "")
+                if self.patience.answered():
+                    log.info("cluster: standby '%s' reaches the database again; it gives the active node %.1f s "
+                             "to renew its lease before it may take over", self.name, self.failover_timeout)
             except SQLAlchemyError as exc:
                 holder = f"the database is unreachable: {' '.join(str(exc).split())[:200]}"
             if await self._register("standby") and self.incarnation is not None:
@@ -173,7 +177,10 @@ class ClusterNode:
         """The active node's store lease ran out but it still holds the store lock (paused by
         SIGSTOP or a long GC, hung, or cut off while its database sessions live): end its database
         sessions, so its lock goes and its open transactions roll back. Its writes were fenced
-        already; when it runs again it stops (``guard``) before it delivers anything."""
+        already; when it runs again it holds its output (``guard``) and stops at its next beat.
+        Not while the database may have been away for everyone (``standby_patience.py``)."""
+        if not self.patience.may_end_holder():
+            return False  # the database was away for this node too: the active node may be alive
         try:
             stale = await self._call(self.store.expired_store_holder)
             if stale is None or stale[0] == self.name:
@@ -188,9 +195,26 @@ class ClusterNode:
                         stale[2], ended)
         return bool(ended)
 
-    def guard(self) -> None:
-        """Called before this node answers a client (see ``guard_stale``)."""
-        guard_stale(self, "active", "another node may serve now")
+    def guard(self) -> bool:
+        """Before this node writes to a client: False (hold the output) while the active node's
+        store lease may have run out (its last confirmed beat older than its lease allows: paused,
+        cut off from the database, or the database away) and once it lost its role. A beat that
+        renews the lease releases what was held (``renew``)."""
+        if self.role == "lost":
+            return False
+        if self.role != "active" or self.lease.may_deliver():
+            return True
+        self.watch()
+        return False
+
+    def watch(self) -> None:
+        """A beat that hangs counts as a lost database once the lease may have run out."""
+        if self.role == "active" and self.lease.overdue() and self.lease.beat_failed():
+            self._log_lost("no heartbeat came back")
+
+    def _log_lost(self, why: str) -> None:
+        log.warning("cluster: node '%s' cannot reach the database (%s); it keeps its clients and, after %.1f s, "
+                    "holds every answer until it is back", self.name, why, self.lease.stale_after)
 
     async def _find_active(self) -> None:
         try:
@@ -251,7 +275,7 @@ class ClusterNode:
             taking = time.monotonic()
             lease = await self._call(self.store.take_lease, *STORE_LEASE, self.name)
             if lease is not None:
-                self.last_beat_ok = taking  # the lease runs a failover timeout from the database's now
+                self.lease.beat_ok(taking)  # the lease runs a failover timeout from the database's now
                 break
             if not announced:
                 announced = True
@@ -299,7 +323,13 @@ class ClusterNode:
             return True  # unknown: the lock check decides
 
     async def _run(self) -> None:
-        await beat_forever(self.heartbeat, self.tick)
+        async def watching() -> None:
+            self.watch()
+        watcher = asyncio.get_running_loop().create_task(beat_forever(self.heartbeat, watching))
+        try:
+            await beat_forever(self.heartbeat, self.tick)
+        finally:
+            watcher.cancel()
 
     async def tick(self) -> None:
         """One beat of an active node: the lock first (a node without it must not even beat), then
@@ -314,15 +344,22 @@ class ClusterNode:
 
     async def renew(self) -> bool:
         """Beat and renew the store lease now (False: this node lost its role and stops)."""
-        started = time.monotonic()
+        started = self.lease.beat_started()
         if not await self._beat_quietly():
             self._lose(f"another incarnation of node '{self.name}' has registered")
             return False
         if self.store_lease is not None and not await self._renew_store_lease():
             self._lose(f"the store's lease (epoch {self.store_lease.epoch}) has another leader now")
             return False
-        if self._beat_ok:
-            self.last_beat_ok = started
+        if not self._beat_ok:
+            if self.role == "active" and self.lease.beat_failed():
+                self._log_lost("its heartbeat failed")
+            return True
+        if self.lease.beat_ok(started) and self.role == "active":
+            log.warning("cluster: node '%s' reaches the database again and still holds the store's lease "
+                        "(epoch %d); it serves on", self.name, self.store_lease.epoch if self.store_lease else 0)
+        if self.server is not None and self.lease.may_deliver():
+            self.server.release_held()
         return True
 
     async def _renew_store_lease(self) -> bool:

@@ -96,7 +96,7 @@ class Placement:
         q = vh.queues.get(queue) if vh is not None else None
         if q is None or q.store_id != queue_id:
             return
-        self.demote(vh, q, leader)  # store_id None: the reload replaces it with the stored queue's
+        self.demote(vh, q, leader, same_row=False)  # the reload replaces it with the stored queue's
         if self.node.mirror is not None:
             self.node.mirror.request()
 
@@ -172,16 +172,39 @@ class Placement:
                      "%(retargeted)d led by another node now", counts)
         return counts
 
-    def demote(self, vh, q, leader, row: dict | None = None):
+    def demote(self, vh, q, leader, row: dict | None = None, same_row: bool = True):
         """The one way a queue this node led stops being led here: a placeholder pointed at
-        ``leader`` (None: not known yet; the next read of the definitions points it) stands for it
-        from now on; its consumers get basic.cancel (consumer-cancel-notify) and consume again
-        through the placeholder; its messages stay in the store for the new leader."""
+        ``leader`` (None: not known yet; ``point_at_leaders`` after a rejoin, or the next read of
+        the definitions, points it) stands for it from now on; its consumers get basic.cancel
+        (consumer-cancel-notify) and consume again through the placeholder; its messages stay in
+        the store for the new leader.
+
+        ``same_row``: the placeholder stands for the same stored queue (its id is kept, so every
+        read of the definitions points it, ``place``); False when the stored queue is another
+        node's (``lost_declare``: the next read replaces the placeholder with one of its id)."""
         if row is None:
             row = {"auto_delete": q.auto_delete, "durable": q.durable, "arguments": encode_args(q.arguments)}
         remote = self.make_remote(self.broker, vh.name, q.name, row, leader)
+        if same_row:
+            remote.store_id = q.store_id
         self._swap(vh, q, remote)
         return remote
+
+    def point_at_leaders(self) -> int:
+        """After a rejoin (``LeaderNode.leaders`` just read): every placeholder points at its
+        queue's leader now, without waiting for the next read of the definitions (consumers that
+        waited on a placeholder with no leader are relayed from then on). Returns how many moved."""
+        moved = 0
+        for vh in list(self.broker.vhosts.values()):
+            for q in list(vh.queues.values()):
+                key = (vh.name, q.name)
+                if not self.is_remote(q) or key in self.handing:
+                    continue
+                leader = self.node.leaders.get(key)
+                if leader is None or leader.node == self.node.name:
+                    continue  # not known yet, or led here again: the next read promotes it
+                moved += bool(q.retarget(leader))
+        return moved
 
     def demote_all(self) -> int:
         """This node was evicted (cut off from the database past its lease): every queue it led

@@ -91,6 +91,7 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
 
     placement = Placement(node, broker, durability, config.queue_window, make_remote, is_remote)
     node.on_evicted = placement.demote_all
+    node.on_rejoined = placement.point_at_leaders
 
     async def drain() -> None:
         durability.flush()
@@ -136,6 +137,8 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
         node.leaders, node.members = rows.leaders, rows.members
 
     def applied(rows) -> None:
+        if node.lease.state != "held":
+            return  # it may have been evicted: nothing is placed until it knows (a regain or a rejoin reads again)
         placement.place(rows.defs.queues)
         placement.seen.update(r["id"] for r in rows.defs.queues)
         placement.hand_over_requested(rows.moves)

@@ -50,6 +50,9 @@ def test_nodes_register_beat_and_die_by_the_database_clock(stores):
     assert not a.heartbeat("a", inc_a) and a.heartbeat("a", 2)
     a.deregister("a", 2)
     assert [n["name"] for n in b.nodes()] == ["b"]
+    # an evicted process (its row deleted) joins again above its old incarnation, never as it
+    assert a.register("a", role="leader", at_least=3) == 3
+    assert not a.heartbeat("a", 2) and a.heartbeat("a", 3)
 
 
 def test_a_live_node_name_is_not_taken_by_another_process(stores, url):

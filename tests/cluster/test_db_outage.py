@@ -12,7 +12,7 @@ import time
 from collections import Counter
 
 import pytest
-from cluster_load import finish_load, run_load
+from cluster_load import PERSISTENT, finish_load, run_load
 from cluster_support import FAILOVER_TIMEOUT, wait_for_status
 
 from eb_support import pika_connect, wait_until
@@ -107,26 +107,41 @@ def test_every_nodes_database_connections_are_reset_at_once(nodes, cluster_url, 
             assert flowing(publishers, consumers, timeout=90)
 
 
-@pytest.mark.xfail(strict=False, reason="known bug, 3 of 6 runs: after the rejoin a client of the rejoined node may "
-                   "wait for ever on the placeholder of the queue it led (demoted with no leader, see README limits)")
 def test_one_node_cut_off_alone_is_evicted_and_serves_again_after_the_cut_heals(nodes, cluster_url, tcp_proxy):
     with under_load(nodes, cluster_url, tcp_proxy, "cut", 0) as (started, publishers, consumers):
-        (n1, cut), _, _ = started  # n1 leads the queue
+        (n1, cut), _, _ = started  # n1 leads the queue, and "idle" too (no load on it)
+        declare_on(n1, "idle")
+        watcher = pika_connect(n1.port)  # a consumer through n1 of a queue n1 leads, waiting
+        wch = watcher.channel()
+        cancels, idle_got = [], []
+        wch.add_on_cancel_callback(lambda _frame: cancels.append(True))
+        wch.basic_consume("idle", lambda c, m, _p, body: (idle_got.append(body), c.basic_ack(m.delivery_tag)))
         cut.hang()
         assert "n1" not in wait_for_status(cluster_url, lambda v: "n1" not in v, timeout=40)  # evicted by n2 or n3
         # the clients of n2 and n3 work on (n1's queue moved); n1's wait, connected
         assert flowing(publishers, consumers, timeout=90, but_on=0)
         cut.heal()
         healed = time.monotonic()
-        assert n1.wait_for_log("and joined again as incarnation", 60)
+        assert n1.wait_for_log("and joined again as incarnation 2", 60)  # a new incarnation
         print(f"n1 joined again {time.monotonic() - healed:.1f} s after the heal")
         view = wait_for_status(cluster_url, lambda v: "n1" in v and v["n1"]["alive"], timeout=30)
-        assert view["n1"]["alive"]
+        assert view["n1"]["alive"] and view["n1"]["queues"] == []  # it leads nothing now
         assert flowing(publishers, consumers, timeout=90)
-        conn = pika_connect(n1.port)  # n1 serves: a publish and a get through it reach the queue's leader
+        # the consumer through n1 was cancelled (consumer-cancel-notify), on the same connection
+        assert wait_until(lambda: (watcher.process_data_events(0.05), cancels)[1], timeout=20)
+        # a publish and a get through n1 reach the queue's new leader (n1 forwards through its placeholder)
+        conn = pika_connect(n1.port)
         ch = conn.channel()
         ch.confirm_delivery()
+        ch.basic_publish("", "idle", b"got", PERSISTENT)
+        assert wait_until(lambda: ch.basic_get("idle", auto_ack=True)[2] == b"got", timeout=20)
+        # consuming again through n1 works: the new leader's deliveries are relayed
+        wch.basic_consume("idle", lambda c, m, _p, body: (idle_got.append(body), c.basic_ack(m.delivery_tag)))
+        ch.basic_publish("", "idle", b"consumed", PERSISTENT)
+        assert wait_until(lambda: (watcher.process_data_events(0.05), idle_got)[1] == [b"consumed"], timeout=20)
+        # and a queue declared through n1 now is led by n1 again
         ch.queue_declare("after-cut", durable=True)
         ch.basic_publish("", "after-cut", b"served")
         assert wait_until(lambda: ch.basic_get("after-cut", auto_ack=True)[2] == b"served", timeout=20)
         conn.close()
+        watcher.close()
