@@ -114,6 +114,7 @@ def build_broker(clock: Clock, *, durability=None, config: Config | None = None)
     broker = make_broker(clock=clock, durability=durability, consumer_timeout_ms=config.consumer_timeout,
                          max_connections=config.max_connections, default_user=config.default_user,
                          default_pass=config.default_pass)
+    broker.confirm_nack_after = config.database_outage_nack_after
     if config.auth_backend_list != ["internal"]:  # --auth-backends (exchange_broker/auth/)
         from exchange_broker.auth.chain import make_chain
         try:
