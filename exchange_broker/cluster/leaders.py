@@ -212,7 +212,7 @@ class LeaderNode:
         return True
 
     def _log_lost(self, why: str) -> None:
-        self._lost_at = self.lease.now()
+        self._lost_at = self.lease.last_answer  # its last answer: a hang is noticed a lease later
         log.warning("cluster: node '%s' cannot reach the database (%s); it keeps its clients, refuses "
                     "definition changes, holds what needs the database and, after %.1f s, the deliveries of "
                     "its durable queues until it is back", self.name, why, self.lease.stale_after)

@@ -14,10 +14,13 @@
 
 from __future__ import annotations
 
+import pytest
 from pamqp import commands
 from sansio import B, CONFIRM, Q, SansIOClient
 
+from exchange_broker import config_file
 from exchange_broker.assembly import make_broker
+from exchange_broker.config import Config
 from exchange_broker.cluster.db_lease import DbLease
 from exchange_broker.core.clock import ManualClock
 from exchange_broker.core.ports import NullDurability, Waiter
@@ -195,3 +198,13 @@ def test_definition_changes_are_refused_with_541_and_the_connection_stays_usable
     away.clear()                              # the database is back
     assert isinstance(c.call(Q.Declare(queue="new", durable=True), channel=3), Q.DeclareOk)
     assert not c.closed_transport
+
+
+def test_the_bound_is_a_serve_setting_from_the_command_line_or_a_config_file(tmp_path):
+    assert Config().database_outage_nack_after == 0.0          # wait as long as it takes
+    with pytest.raises(ValueError, match="--database-outage-nack-after"):
+        Config(database_outage_nack_after=-1.0)
+    toml = tmp_path / "broker.toml"
+    toml.write_text("database_outage_nack_after = 2.5\n")
+    settings, _ignored = config_file.load(str(toml))
+    assert Config(**settings).database_outage_nack_after == 2.5
