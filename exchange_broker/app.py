@@ -114,6 +114,7 @@ def build_broker(clock: Clock, *, durability=None, config: Config | None = None)
     broker = make_broker(clock=clock, durability=durability, consumer_timeout_ms=config.consumer_timeout,
                          max_connections=config.max_connections, default_user=config.default_user,
                          default_pass=config.default_pass)
+    broker.confirm_nack_after = config.database_outage_nack_after
     if config.auth_backend_list != ["internal"]:  # --auth-backends (exchange_broker/auth/)
         from exchange_broker.auth.chain import make_chain
         try:
@@ -290,7 +291,9 @@ class Application:
         if self.cluster is not None:
             await self.cluster.renew()  # recovery took a while: the lease runs from now again
             self.server.guard = self.cluster.guard
-            self.cluster.server = self.server  # (a leaders-mode node releases or drops held output)
+            self.cluster.server = self.server
+            if config.cluster_mode != "leaders":  # active/standby: its durable queues wait past the lease
+                self.broker.delivery_guard = self.cluster.guard
         await self.server.start()
         from exchange_broker.movers.start import start_movers
         self.movers = await start_movers(self.broker, self.store, config.host, self.server.port,

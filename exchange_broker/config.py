@@ -179,6 +179,10 @@ class Config:
                                        group="cluster")
     cluster_failover_timeout: float = setting(
         8.0, "seconds without a heartbeat after which a node is dead and its queues move", group="cluster")
+    database_outage_nack_after: float = setting(
+        0.0, "seconds a persistent publish may wait for its confirm from the database (while it is away or "
+             "hung) before it is nacked with basic.nack; the message may still be stored and delivered if "
+             "the write lands later (0: wait as long as it takes)", group="cluster")
 
     # -- authentication backends (RabbitMQ's auth_backends, auth_oauth2.*, auth_ldap.*) -------------
     auth_backends: str = setting(
@@ -254,7 +258,7 @@ class Config:
         for name in ("heartbeat", "channel_max"):  # AMQP short fields in connection.tune
             _check(self, name, 0, 65535, "a whole number")
         for name in ("max_message_size", "max_connections", "max_channels_per_connection",
-                     "consumer_timeout", "queue_window", "handshake_timeout"):
+                     "consumer_timeout", "queue_window", "handshake_timeout", "database_outage_nack_after"):
             _check(self, name, 0, None, "a number")
         for name in ("mqtt_port", "mqtt_ws_port", "mqtts_port"):
             if getattr(self, name) is not None:

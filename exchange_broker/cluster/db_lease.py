@@ -5,7 +5,9 @@ A node may act as the leader of its queues while its last confirmed heartbeat (t
 *started*: the database renewed the row at some point after it) is younger than ``stale_after``
 (failover timeout - one heartbeat): until then no other node can have evicted it. Past that, its
 lease *could* have run out and other nodes may lead its queues: it must not hand anything out
-(``may_deliver`` False: ``leaders.py`` holds client output) until a beat tells it which it is:
+(``may_deliver`` False: the durable queues it leads hand out nothing, ``core.queue.delivery_guard``,
+and the other nodes' links are cut; transient queues, which nobody takes over, deliver on) until
+a beat tells it which it is:
 
 * ``beat_ok``: the row was still there: it had not been evicted, the hold is back (``regained``);
 * ``evicted``: the row was gone: the node drops what it led and rejoins (a new incarnation),

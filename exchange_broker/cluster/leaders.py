@@ -10,13 +10,17 @@ what (``persistence/cluster_leaders.py``):
   their queues spread over the live nodes, the fewest-led first;
 * every write of the node's store is fenced by its own row (``node_fence``): once evicted, a node
   that was only paused cannot write again;
-* the database going away does not end the node (``db_lease.py``): while its last confirmed beat
-  is younger than its lease allows it serves as usual (writes wait or fail: publishers are nacked
-  or wait for their confirms); past that its ``guard`` holds every client's output (nothing is
-  handed out by two leaders). When a beat gets through again: its row is there -> the held output
-  goes out; its row is gone (evicted meanwhile) -> the connections with held output are closed,
-  every queue it led becomes a placeholder (``Placement.demote_all``) and it registers again as a
-  new incarnation, without a restart;
+* the database going away does not end the node (``db_lease.py``): it keeps its clients; while
+  its last confirmed beat is younger than its lease allows it serves as usual (writes wait:
+  publishers wait for their confirms, or are nacked after ``--database-outage-nack-after``);
+  definition changes are refused (541, ``definitions_unavailable``) from the moment it knows the
+  database is away; once its lease may have run out its ``guard`` stops the durable queues it
+  leads (the ones another node could take over) from handing anything out, and cuts the other
+  nodes' links (nothing is handed out by two leaders), while its transient queues (which die with
+  it, nobody takes them over) keep delivering. When a beat gets through again: its row is there ->
+  the held queues deliver again (``release``); its row is gone (evicted meanwhile) -> every queue
+  it led becomes a placeholder (``Placement.demote_all``: their consumers get basic.cancel) and it
+  registers again as a new incarnation, without a restart;
 * a durable queue declared here is claimed by this node (placement: the declaring node);
 * the definitions mirror (``definitions.py``) runs on every node and reloads the leaders with the
   definitions: ``placement.py`` turns each placeholder this node now leads into the real queue
@@ -39,6 +43,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from exchange_broker.cluster.db_lease import DbLease
 from exchange_broker.cluster.node import ClusterStartError, beat_forever, cancel_task, leave
+from exchange_broker.core.queue import dispatch_guarded
 
 log = logging.getLogger("exchange_broker.cluster")
 
@@ -66,7 +71,8 @@ class LeaderNode:
         self.drain: Callable[[], Awaitable[None]] | None = None  # every store write issued so far is done
         self.listening: tuple[str, str] = ("", "")
         self.lease = DbLease(time.monotonic, heartbeat, failover_timeout)
-        self.server = None  # the AMQP listener (app.py): its held output is released or dropped
+        self.server = None  # the AMQP listener (app.py)
+        self.holding = False  # the guard said False since the last release: queues wait to dispatch
         self._rejoining = False
         self._lost_at = self.lease.now()
         self._task: asyncio.Task | None = None
@@ -127,13 +133,29 @@ class LeaderNode:
         return leader, elsewhere
 
     def guard(self) -> bool:
-        """Before this node writes to a client: False (hold the output) while it may have been
-        evicted (its last confirmed beat older than its lease allows: paused, cut off from the
-        database) or is rejoining."""
+        """Before a durable queue this node leads hands out a message (``Broker.delivery_guard``)
+        and before it writes to another node's link: False (hold) while it may have been evicted
+        (its last confirmed beat older than its lease allows: paused, cut off from the database)
+        or is rejoining."""
         if self.lease.may_deliver():
             return True
+        self.holding = True
         self.watch()
         return False
+
+    def release(self) -> int:
+        """The lease runs again: every queue the guard held hands out what waited. Returns how many
+        queues were asked to dispatch."""
+        self.holding = False
+        return dispatch_guarded(self.broker) if self.broker is not None else 0
+
+    def definitions_unavailable(self) -> str | None:
+        """``Broker.definitions_unavailable``: why a definition change cannot be stored now (the
+        database is away, or the node is rejoining), else None."""
+        if self.lease.state == "held":
+            return None
+        return (f"node '{self.name}' cannot reach the database (for {self.lease.seconds_away():.0f} s): "
+                f"definitions cannot be changed until it is back")
 
     def watch(self) -> None:
         """A beat that hangs (nothing comes back) counts as a lost database once the lease may have
@@ -190,20 +212,21 @@ class LeaderNode:
                         self.name, self.lease.now() - self._lost_at)
             if self.mirror is not None:
                 self.mirror.request()  # what was read meanwhile was not placed (serve_leaders.applied)
-        if self.server is not None and self.lease.may_deliver():
-            self.server.release_held()
+        if self.holding and self.lease.may_deliver():
+            self.release()
         return True
 
     def _log_lost(self, why: str) -> None:
-        self._lost_at = self.lease.now()
-        log.warning("cluster: node '%s' cannot reach the database (%s); it keeps its clients, holds what "
-                    "needs the database and, after %.1f s, every delivery until it is back", self.name, why,
-                    self.lease.stale_after)
+        self._lost_at = self.lease.last_answer  # its last answer: a hang is noticed a lease later
+        log.warning("cluster: node '%s' cannot reach the database (%s); it keeps its clients, refuses "
+                    "definition changes, holds what needs the database and, after %.1f s, the deliveries of "
+                    "its durable queues until it is back", self.name, why, self.lease.stale_after)
 
     async def _rejoin(self) -> None:
         """The database is back and this node's row is gone: another node evicted it (its queues
-        may be led elsewhere now). Connections with held output close (it may hold deliveries of
-        those queues), every queue it led becomes a placeholder, and it registers again."""
+        may be led elsewhere now). Every queue it led becomes a placeholder (their consumers get
+        basic.cancel; nothing of them was handed out since its lease may have run out), and it
+        registers again."""
         if self._rejoining:
             return
         self._rejoining = True
@@ -211,7 +234,6 @@ class LeaderNode:
             self.lease.evicted()
             self._last_incarnation = max(self._last_incarnation, self.incarnation or 0)
             self.incarnation = None  # every write fails its fence from now (node_fence matches no row)
-            closed = self.server.drop_held() if self.server is not None else 0
             dropped = self.on_evicted()
             if self.drain is not None:  # what was issued while it led is written (fenced: failed) first
                 await self.drain()
@@ -227,10 +249,10 @@ class LeaderNode:
             if self.mirror is not None:
                 self.mirror.request()
             log.warning("cluster: node '%s' had been removed from the cluster while it could not reach the "
-                        "database; it dropped the %d queue(s) it led and %d connection(s) with held output, "
-                        "and joined again as incarnation %d", self.name, dropped, closed, self.incarnation)
-            if self.server is not None and self.lease.may_deliver():
-                self.server.release_held()
+                        "database; it dropped the %d queue(s) it led (their consumers were cancelled) and joined "
+                        "again as incarnation %d", self.name, dropped, self.incarnation)
+            if self.holding and self.lease.may_deliver():
+                self.release()
         finally:
             self._rejoining = False
 

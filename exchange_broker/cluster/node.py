@@ -46,6 +46,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from exchange_broker.cluster.db_lease import DbLease
 from exchange_broker.cluster.standby_patience import StandbyPatience
+from exchange_broker.core.queue import dispatch_guarded
 
 log = logging.getLogger("exchange_broker.cluster")
 
@@ -118,6 +119,7 @@ class ClusterNode:
         # run out since then holds every client's output (guard) until a beat says whether it
         # still has it (db_lease.py)
         self.lease = DbLease(time.monotonic, heartbeat, failover_timeout)
+        self.holding = False  # the guard said False since the lease last ran: durable queues wait
         self.stale_after = self.lease.stale_after
         self.patience = StandbyPatience(time.monotonic, heartbeat, failover_timeout)  # (a standby's)
         self.server = None  # the AMQP listener (app.py): its held output is released
@@ -196,14 +198,16 @@ class ClusterNode:
         return bool(ended)
 
     def guard(self) -> bool:
-        """Before this node writes to a client: False (hold the output) while the active node's
-        store lease may have run out (its last confirmed beat older than its lease allows: paused,
-        cut off from the database, or the database away) and once it lost its role. A beat that
-        renews the lease releases what was held (``renew``)."""
+        """Before a durable queue of this node hands out a message (``Broker.delivery_guard``) and
+        before it reads from a client: False while the active node's store lease may have run out
+        (its last confirmed beat older than its lease allows: paused, cut off from the database, or
+        the database away) and once it lost its role. A beat that renews the lease lets the held
+        queues deliver again (``renew``)."""
         if self.role == "lost":
             return False
         if self.role != "active" or self.lease.may_deliver():
             return True
+        self.holding = True
         self.watch()
         return False
 
@@ -214,7 +218,7 @@ class ClusterNode:
 
     def _log_lost(self, why: str) -> None:
         log.warning("cluster: node '%s' cannot reach the database (%s); it keeps its clients and, after %.1f s, "
-                    "holds every answer until it is back", self.name, why, self.lease.stale_after)
+                    "holds its durable queues' deliveries until it is back", self.name, why, self.lease.stale_after)
 
     async def _find_active(self) -> None:
         try:
@@ -358,8 +362,9 @@ class ClusterNode:
         if self.lease.beat_ok(started) and self.role == "active":
             log.warning("cluster: node '%s' reaches the database again and still holds the store's lease "
                         "(epoch %d); it serves on", self.name, self.store_lease.epoch if self.store_lease else 0)
-        if self.server is not None and self.lease.may_deliver():
-            self.server.release_held()
+        if self.holding and self.broker is not None and self.lease.may_deliver():
+            self.holding = False
+            dispatch_guarded(self.broker)  # the durable queues hand out what waited
         return True
 
     async def _renew_store_lease(self) -> bool:

@@ -80,6 +80,8 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
     broker = app.broker = build_broker(clock, durability=durability, config=config)
     broker.link_login = (LINK_USER, node.link_secret)
     broker.definitions_shared = True  # transient queues and exchanges are routed to from every node
+    broker.delivery_guard = node.guard  # the durable queues it leads wait while its lease may have run out
+    broker.definitions_unavailable = node.definitions_unavailable  # 541 while the database is away
     node.links = Links(LINK_USER, node.link_secret, name=f"exchange-broker node {node.name}")
 
     def make_remote(broker_, vhost: str, name: str, row: dict, leader):

@@ -16,7 +16,7 @@ from pamqp import commands
 
 from exchange_broker.connection.confirms import ConfirmMethods
 from exchange_broker.connection.consumer import Consumer
-from exchange_broker.connection.definitions import DefinitionMethods
+from exchange_broker.connection.definitions import DEFINITION_CHANGES, DefinitionMethods
 from exchange_broker.connection.publishing import PublishMethods
 from exchange_broker.connection.timeouts import ConsumerTimeoutMethods
 from exchange_broker.connection.transactions import TransactionMethods
@@ -24,6 +24,7 @@ from exchange_broker.core import permissions as perms
 from exchange_broker.core import tracing
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import generated
+from exchange_broker.core.queue import delivery_guard
 from exchange_broker.core.queue_args import amqp_type
 from exchange_broker.core.reply_to import PSEUDO_QUEUE
 from exchange_broker.protocol import codec
@@ -75,6 +76,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         if events is not None:  # the event exchange names the user whose method this is
             events.acting_user = self.session.user
         try:
+            if type(m) in DEFINITION_CHANGES:
+                self.check_store_reachable(m)
             handler(self, m)
         except AMQPError as err:
             raise err.for_method(m.index >> 16, m.index & 0xFFFF)
@@ -341,6 +344,11 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         name = self.queue_name(m.queue, 60, 70)
         perms.check(sess, perms.READ, "queue", name)
         q = sess.vhost.get_queue(name, sess, 60, 70)
+        guard = delivery_guard(q)
+        if guard is not None and not guard():  # a cluster node that may no longer lead the queue
+            q.stats_get_empty += 1
+            self.reply(B.GetEmpty())
+            return
         msg = q.get()
         if msg is None:
             if q.get_pending:

@@ -4,6 +4,11 @@ A publish is confirmed once every queue it reached has it stored (its durability
 confirms go out in order, acks coalesced into one ``multiple`` ack per flush, a nack at once.
 ``unconfirmed`` holds runs of consecutive publishes in one state: ``[first seq, last seq,
 state]`` (0 pending, 1 ack, 2 nack); the publishes waiting on one store batch extend one run.
+
+With ``serve --database-outage-nack-after SECONDS`` (``Broker.confirm_nack_after``), the publishes
+of a store batch that has not committed after that long (the database is away or hung) are nacked
+(``nack_overdue``, from the broker's tick); if the batch commits later, nothing more is sent for
+them (the messages are stored then: a nack means "not confirmed", not "discarded").
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ class ConfirmMethods:
         self.publish_seq = 0
         self.unconfirmed: deque[list] = deque()   # runs [first, last, state]: 0 pending, 1 ack, 2 nack
         self.ack_upto = 0                          # confirmed contiguously, not yet sent
+        # (started, group) of the store batches waited on, oldest first (with a nack bound only)
+        self.waiting_groups: deque[tuple[float, tuple]] = deque()
 
     def _confirm_select(self, m) -> None:
         if self.tx:
@@ -66,15 +73,38 @@ class ConfirmMethods:
             entry = [seq, seq, 0]
             group = self._confirm_group = (waiter, [entry])
             waiter.add(self._confirmed, group)
+            broker = self.session.broker
+            if broker.confirm_nack_after:
+                self.waiting_groups.append((broker.clock.time(), group))
         unconfirmed.append(entry)
 
     def _confirmed(self, group: tuple, ok: bool) -> None:
         state = 1 if ok else 2
         for entry in group[1]:
-            entry[2] = state
+            if not entry[2]:  # (nacked already by ``nack_overdue``: it stays nacked)
+                entry[2] = state
         if self._confirm_group is group:
             self._confirm_group = None
         self._drain_confirms()
+
+    def nack_overdue(self, now: float, bound: float) -> int:
+        """Nack the publishes whose store batch started waiting ``bound`` seconds or more before
+        ``now`` and has not committed; returns how many runs were nacked."""
+        waiting = self.waiting_groups
+        nacked = 0
+        while waiting and (waiting[0][1][0].done or now - waiting[0][0] >= bound):
+            _started, group = waiting.popleft()
+            if group[0].done:
+                continue
+            for entry in group[1]:
+                if not entry[2]:
+                    entry[2] = 2
+                    nacked += 1
+            if self._confirm_group is group:
+                self._confirm_group = None  # later publishes of that batch wait in a group of their own
+        if nacked and not self.closed:
+            self._drain_confirms()
+        return nacked
 
     def unconfirmed_count(self) -> int:
         return sum(last - first + 1 for first, last, _state in self.unconfirmed)

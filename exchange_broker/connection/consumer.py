@@ -3,12 +3,13 @@ through (``core/ports.Consumer``): ``can_take``, ``deliver``, ``queue_deleted``.
 
 from __future__ import annotations
 
+from exchange_broker.core.queue import delivery_guard
 from exchange_broker.protocol import codec
 
 
 class Consumer:
     __slots__ = ("tag", "tag_sh", "channel", "queue", "no_ack", "exclusive", "prefetch", "unacked",
-                 "arguments", "priority", "active", "deliver")
+                 "arguments", "priority", "active", "deliver", "guard")
 
     def __init__(self, tag: str, channel, queue, no_ack: bool, exclusive: bool,
                  prefetch: int, arguments: dict) -> None:
@@ -26,9 +27,13 @@ class Consumer:
         self.active = True
         # deliver(msg) -> delivery tag: the channel's one delivery routine, bound to this consumer
         self.deliver = channel.delivery_sink(self)
+        self.guard = delivery_guard(queue)  # a cluster node that may no longer lead the queue: False
+
 
     def can_take(self) -> bool:
         """True when this consumer may be sent one more message now."""
+        if self.guard is not None and not self.guard():
+            return False
         ch = self.channel
         if not ch.session.writable or ch.closed:  # socket, channel
             return False

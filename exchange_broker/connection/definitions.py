@@ -22,12 +22,32 @@ Q, E = commands.Queue, commands.Exchange
 # replies that promise a stored definition (sent once the definition write has committed)
 DEFINITION_REPLIES = frozenset({E.DeclareOk, E.DeleteOk, E.BindOk, E.UnbindOk, Q.DeclareOk,
                                 Q.BindOk, Q.UnbindOk, Q.PurgeOk, Q.DeleteOk})
+# methods that change stored definitions (or a durable queue's messages: purge): refused with
+# 541 while a cluster node cannot reach its database (``Broker.definitions_unavailable``)
+DEFINITION_CHANGES = frozenset({E.Declare, E.Delete, E.Bind, E.Unbind, Q.Declare, Q.Bind, Q.Unbind,
+                                Q.Purge, Q.Delete})
 
 
 class DefinitionMethods:
     """Mixed into Channel: uses its ``session``, ``number`` and ``closed``."""
 
     last_queue: str | None = None   # the queue "" means in queue.bind & co.
+
+    def check_store_reachable(self, m) -> None:
+        """A definition change while the node cannot reach the database: a channel error 541
+        INTERNAL_ERROR at once (the change could not be stored; RabbitMQ answers 541 when its
+        metadata store times out). Only the channel closes: the connection and its other channels
+        (transient traffic, deliveries) go on. A passive declare and the re-declare of an existing
+        queue or exchange store nothing and are answered as usual."""
+        reason = self.session.broker.definitions_unavailable()
+        if reason is None or getattr(m, "passive", False):
+            return
+        vhost = self.session.vhost
+        if isinstance(m, Q.Declare) and (m.queue in vhost.queues or m.queue.startswith(PSEUDO_QUEUE)):
+            return
+        if isinstance(m, E.Declare) and m.exchange in vhost.exchanges:
+            return
+        raise AMQPError(INTERNAL_ERROR, reason, m.index >> 16, m.index & 0xFFFF, hard=False)
 
     # -- replies ----------------------------------------------------------------------------------
     def reply(self, method) -> None:

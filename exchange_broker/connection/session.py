@@ -432,6 +432,12 @@ class Session(Credentials, BackPressure):
         if self.broker.alarms:
             self.block(self.broker.alarm_reason())
 
+    def nack_overdue_confirms(self, now: float, bound: float) -> None:
+        """``serve --database-outage-nack-after``: publishes waiting longer for the store are nacked."""
+        for ch in list(self.channels.values()):
+            if ch.waiting_groups:
+                ch.nack_overdue(now, bound)
+
     def check_consumer_timeouts(self, now: float, default_ms: int) -> None:
         for ch in list(self.channels.values()):
             if ch.unacked:

@@ -68,6 +68,9 @@ class Broker:
         self.clock: Clock = clock or NoClock()
         self.queue_types: dict[str, type[QueueType]] = dict(queue_types or {})
         self.consumer_timeout_ms = consumer_timeout_ms  # RabbitMQ's default: 30 minutes
+        # seconds a publish may wait for its confirm from the store before it is nacked (0: no bound;
+        # serve --database-outage-nack-after; connection/confirms.py)
+        self.confirm_nack_after = 0.0
         self.max_connections = max_connections  # open AMQP connections allowed (0: no limit); 530 beyond
         self.alarms: dict[str, str] = {}  # resource alarms in force: name -> detail
         self.reply_to = ReplyTo()
@@ -82,6 +85,12 @@ class Broker:
         self.definitions_shared = False
         # such a cluster: (vhost, new queue) -> the queue, or a placeholder for it on another node
         self.place_queue: Callable | None = None
+        # such a cluster: False while this node's lease may have run out (``LeaderNode.guard``):
+        # the durable queues it leads hand out nothing meanwhile (``core.queue.delivery_guard``)
+        self.delivery_guard: Callable[[], bool] | None = None
+        # such a cluster: why definition changes cannot be stored now (the database is away), or
+        # None; declares and other changes answer 541 (AMQP) or 503 (admin API) meanwhile
+        self.definitions_unavailable: Callable[[], str | None] = lambda: None
         self.delayed = DelayedExchanges(self)  # messages held by x-delayed-message exchanges
         # while a run of publishes is routed, queues that could deliver wait here and dispatch
         # once at its end (see dispatch_deferred); None: they dispatch at once
@@ -172,10 +181,7 @@ class Broker:
         return True
 
     def clear_permissions(self, user: str, vhost: str) -> bool:
-        cleared = users_mod.clear_permissions(self, user, vhost)
-        if cleared:
-            self.event("permission.deleted", {"user": user, "vhost": vhost})
-        return cleared
+        return users_mod.clear_permissions(self, user, vhost)
 
     def event(self, key: str, props: dict) -> None:
         """An operator's change, to the event exchange when there is one (core/events.py)."""
@@ -457,7 +463,11 @@ class Broker:
     # -- periodic checks (the server calls tick once a second) -----------------------------------
     def tick(self, now: float | None = None) -> None:
         """``now``: the clock's ``time()`` (read here when not given)."""
-        self._check_consumer_timeouts(self.clock.time() if now is None else now)
+        now = self.clock.time() if now is None else now
+        self._check_consumer_timeouts(now)
+        if self.confirm_nack_after:
+            for sess in list(self.sessions):
+                sess.nack_overdue_confirms(now, self.confirm_nack_after)
 
     def _check_consumer_timeouts(self, now: float) -> None:
         for sess in list(self.sessions):

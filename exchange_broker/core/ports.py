@@ -43,6 +43,9 @@ class Connection(Protocol):
     def check_consumer_timeouts(self, now: float, default_ms: int) -> None:
         """Close channels holding a delivery unacknowledged for longer than the timeout."""
 
+    def nack_overdue_confirms(self, now: float, bound: float) -> None:
+        """Nack the publishes that waited ``bound`` s or more for the store (publisher confirms)."""
+
 
 class Consumer(Protocol):
     """A subscription to a queue, as queue types see it (``connection/consumer.py``): the one

@@ -15,6 +15,25 @@ from exchange_broker.core.message import Message
 from exchange_broker.core.queue_args import QueueOptions
 
 
+def delivery_guard(queue) -> Callable[[], bool] | None:
+    """What a consumer (or basic.get) of ``queue`` asks before it takes a message: a cluster
+    node's check (``Broker.delivery_guard``, False while its lease on the database may have run
+    out) for a queue another node could take over (a durable queue it leads, not a placeholder);
+    None for every other queue (transient ones die with their node: nobody else can deliver them)."""
+    guard = queue.broker.delivery_guard
+    return guard if guard is not None and queue.durable and not queue.led_elsewhere else None
+
+
+def dispatch_guarded(broker) -> int:
+    """The guard says True again: every queue it may have held (durable, led here, consumed from)
+    hands out what waited. Returns how many queues were asked to dispatch."""
+    held = [q for vh in broker.vhosts.values() for q in list(vh.queues.values())
+            if q.durable and not q.led_elsewhere and q.consumers and not q.deleted]
+    for q in held:
+        q.dispatch()
+    return len(held)
+
+
 class QueueType:
     queue_type = "classic"     # the x-queue-type name (admin API "type")
     pages_to_store = False     # ready messages page to the store past a window (durability.attach)

@@ -72,6 +72,7 @@ def clear_permissions(broker, user: str, vhost: str) -> bool:
     if broker.permissions.pop((user, vhost), None) is None:
         return False
     broker.durability.permission_cleared(user, vhost)
+    broker.event("permission.deleted", {"user": user, "vhost": vhost})
     return True
 
 

@@ -1,6 +1,7 @@
 """The FastAPI application: RabbitMQ's management API paths, one router per resource module.
 
-This module only assembles: the app, its middleware (raw-path routing, last-line 500), the error
+This module only assembles: the app, its middleware (raw-path routing, last-line 500, 503 for
+changes while a cluster node cannot reach its database), the error
 handlers giving RabbitMQ's ``{"error", "reason"}`` bodies, and each resource's routes. The routes
 and the work behind them are in the resource modules (vhosts.py, queues.py, ...).
 """
@@ -82,6 +83,33 @@ class _Guard:
                 await send({"type": "http.response.body", "body": body.encode()})
 
 
+# changes that store nothing (a publish, a get, closing a connection, restarting a shovel): served
+# while the database is away
+_NO_DEFINITION = ("/publish", "/get", "/restart")
+
+
+class _DatabaseAway:
+    """A change (PUT, POST, DELETE) while a cluster node cannot reach its database
+    (``Broker.definitions_unavailable``): 503 with a JSON reason at once, nothing changed."""
+
+    def __init__(self, app, context: AdminContext) -> None:
+        self.app = app
+        self.context = context
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope.get("method") in ("PUT", "POST", "DELETE"):
+            path = scope.get("path", "")
+            reason = self.context.broker.definitions_unavailable()
+            if reason is not None and path.startswith("/api/") and not path.endswith(_NO_DEFINITION) \
+                    and not path.startswith("/api/connections/"):
+                body = json.dumps({"error": "service_unavailable", "reason": reason}).encode()
+                await send({"type": "http.response.start", "status": 503,
+                            "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
 def _challenge(request: Request) -> dict:
     """The Basic challenge of a 401, but not for the web UI's own calls (``X-Requested-With``):
     a browser answers a challenge with its login dialog, and the UI has its own login form."""
@@ -140,6 +168,7 @@ def create_app(context: AdminContext) -> FastAPI:
                   version=__version__, openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.admin = context
     app.state.registry = metrics.make_registry(context)
+    app.add_middleware(_DatabaseAway, context=context)
     app.add_middleware(_RawPath)
     app.add_middleware(_Guard)
     app.add_exception_handler(ServiceError, _service_error)

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from exchange_broker.core.message import Message, from_wire
+from exchange_broker.core.queue import delivery_guard
 from exchange_broker.management.common import (READ, WRITE, AdminContext, Principal, ServiceError, bad_request,
                                                 check_resource, exchange_name, find_vhost, from_amqp, not_authorised,
                                                 not_found)
@@ -181,6 +182,10 @@ def get_messages(ctx: AdminContext, vhost: str, name: str, body: dict, who: Prin
     if q.exclusive_owner is not None:
         raise bad_request(f"405 RESOURCE_LOCKED - cannot obtain exclusive access to locked "
                           f"{vh.describe('queue', name)}")
+    guard = delivery_guard(q)
+    if guard is not None and not guard():
+        raise ServiceError(503, "service_unavailable", f"{vh.describe('queue', name)}: this node cannot reach "
+                           f"the database and may no longer lead the queue; try again when it is back")
     taken: list = []
     out: list[dict] = []
     try:

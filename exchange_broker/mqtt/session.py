@@ -303,6 +303,9 @@ class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, TakeoverMethods, B
     def check_consumer_timeouts(self, now: float, default_ms: int) -> None:
         pass  # MQTT has no consumer timeout: a client that does not PUBACK holds its quota
 
+    def nack_overdue_confirms(self, now: float, bound: float) -> None:
+        pass  # a QoS 1 PUBLISH waits for its PUBACK until the store has it (MQTT 3 has no nack)
+
     def _update_reading(self) -> None:
         want = not self.throttled_by and not self.blocked and not self.closed and not self.paused \
             and self.state != "login"

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from exchange_broker.core import permissions as perms
+from exchange_broker.core.queue import delivery_guard
 from exchange_broker.mqtt import topics
 
 SUB_ID_ARG = "x-mqtt-subscription-id"
@@ -80,7 +81,7 @@ class MQTTConsumer:
     """Deliveries of one subscription queue to one MQTT connection."""
 
     __slots__ = ("tag", "session", "queue", "qos", "no_ack", "exclusive", "arguments", "priority",
-                 "active", "unacked", "outstanding", "older")
+                 "active", "unacked", "outstanding", "older", "guard")
     channel = None  # no AMQP channel (the admin API shows the connection)
 
     def __init__(self, session, queue, qos: int) -> None:
@@ -96,12 +97,16 @@ class MQTTConsumer:
         self.unacked = 0
         self.outstanding: set = set()  # packet ids of its deliveries awaiting PUBACK
         self.older = list(queue.consumers)  # the queue's consumers before this one (takeover.py)
+        # a cluster node that may no longer lead the (durable) queue: False, nothing is sent
+        self.guard = delivery_guard(queue)
 
     @property
     def prefetch(self) -> int:
         return 0 if self.no_ack else self.session.receive_max
 
     def can_take(self) -> bool:
+        if self.guard is not None and not self.guard():
+            return False
         s = self.session
         if s.closed or not s.writable:
             return False

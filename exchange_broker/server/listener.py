@@ -26,7 +26,6 @@ log = logging.getLogger("exchange_broker.server")
 
 WRITE_HIGH_WATER = 4 * 1024 * 1024  # transport buffer above which a session stops writing deliveries
 PROXY_LINE_MAX = 107  # the longest PROXY protocol v1 line, CRLF included
-HANDSHAKE = ("header", "start", "tune", "open")  # states of a connection that cannot hold a delivery yet
 
 
 SETTLE_GRACE = 3.0  # s a stopping broker waits for the confirms of what was published before it
@@ -64,7 +63,6 @@ class AMQPProtocol(SessionProtocol):
         self.lingering = False  # closed on our side: input is read and dropped until the peer hangs up
         self._linger_timer: asyncio.TimerHandle | None = None
         self._head: bytes | None = b""  # the first bytes, until we know whether a PROXY line leads them
-        self.held: list[bytes] = []  # output a cluster node holds while it may not lead its queues (guard)
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -81,26 +79,17 @@ class AMQPProtocol(SessionProtocol):
 
     def _write(self, data: bytes) -> None:
         guard = self.server.guard
-        if guard is not None and data != HEARTBEAT_FRAME and (self.held or guard() is False):
-            # a cluster node that may no longer lead its queues hands nothing out until it knows;
-            # another node's link is cut instead: that node nacks what it forwarded here and
-            # forwards it to the queues' next leaders
-            if self.session is not None and self.session.user and self.server.broker.is_link_user(self.session.user):
-                self.held = []
-                if self.transport is not None:
-                    self.transport.abort()
-                return
-            self.held.append(data)
+        if guard is not None and data != HEARTBEAT_FRAME and guard() is False and self.session is not None \
+                and self.session.user and self.server.broker.is_link_user(self.session.user):
+            # a cluster node that may no longer lead its queues cuts other nodes' links: those
+            # nodes nack what they forwarded here and forward it to the queues' next leaders (its
+            # clients' connections go on: the queues another node could take over deliver nothing
+            # meanwhile, ``core.queue.delivery_guard``)
+            if self.transport is not None:
+                self.transport.abort()
             return
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
-            self.last_write = time.monotonic()
-
-    def release_held(self) -> None:
-        """Write what the guard held, in order (the node still leads what it led)."""
-        held, self.held = self.held, []
-        if held and self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(held)
             self.last_write = time.monotonic()
 
     def _set_reading(self, on: bool) -> None:
@@ -222,7 +211,7 @@ class BrokerServer:
         # ("mqtt", "mqtt/ssl", "http/web-mqtt"), interface and port (app.py adds them)
         self.other_listeners: list[dict] = []
         # a cluster node's check before it writes to a client (ClusterNode.guard, which ends the
-        # process, or LeaderNode.guard: False holds the output until ``release_held``/``drop_held``)
+        # process, or LeaderNode.guard: False cuts the links of other nodes, see ``_write``)
         self.guard = None
         self._server: asyncio.base_events.Server | None = None
         self._tls_server: asyncio.base_events.Server | None = None
@@ -269,22 +258,6 @@ class BrokerServer:
                     proto.tick(now)
                 except Exception:
                     log.exception("heartbeat tick failed")
-
-    def release_held(self) -> None:
-        for proto in list(self.protocols):
-            proto.release_held()
-
-    def drop_held(self) -> int:
-        """Close (at once, nothing more written) every opened connection with held output: it may
-        hold deliveries of queues other nodes lead now (one still in its handshake holds none: its
-        output goes out with ``release_held``). Returns how many."""
-        dropped = [proto for proto in self.protocols
-                   if proto.held and proto.session is not None and proto.session.conn.state not in HANDSHAKE]
-        for proto in dropped:
-            proto.held = []
-            if proto.transport is not None:
-                proto.transport.abort()
-        return len(dropped)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Close listeners, send connection.close 320 to every client, wait, then cut them."""
