@@ -7,7 +7,9 @@ and upstream.
 * :class:`QueueLink`: consumes from the upstream queue of the same name (or ``queue``) only while
   the local queue has consumers and no message ready for them, and puts what it gets into it.
 
-Each message brought over gets an ``x-received-from`` entry (``uri``, ``exchange``/``queue``,
+A message's ``user_id`` is removed unless the upstream has ``trust-user-id`` (RabbitMQ's
+federation: this broker cannot know the upstream checked it). Each message brought over gets an
+``x-received-from`` entry (``uri``, ``exchange``/``queue``,
 ``redelivered``, ``cluster-name`` of the upstream, as RabbitMQ); a message whose entries already
 name this broker (it went round a cycle) or that made ``max-hops`` hops is dropped.
 """
@@ -65,6 +67,8 @@ class _Link:
                      "cluster-name": self.up_name})
         headers["x-received-from"] = seen
         props["headers"] = headers
+        if not self.upstream.trust_user_id:  # the upstream's word for who published: not taken
+            props.pop("user_id", None)
         return codec.encode_properties(props)
 
     def info(self) -> dict:
