@@ -12,15 +12,7 @@ import pytest
 from admin_helpers import Api
 
 from eb_support import close_quietly, pika_connect, wait_until
-from exchange_broker.testing import ThreadedBroker
 from mover_support import depth
-
-
-@pytest.fixture
-def upstream():
-    with ThreadedBroker(admin=True) as tb:
-        tb.api = Api(tb.admin_url)
-        yield tb
 
 
 def uri(tb) -> str:
