@@ -30,7 +30,7 @@ class Link(Connection):
 
 @dataclass
 class LocalBroker:
-    """How to reach this broker: its AMQP listener and the internal login (Broker.link_login)."""
+    """How to reach this broker: its AMQP listener and the internal login (Broker.movers_login)."""
     host: str = "127.0.0.1"
     port: int = 0
     user: str = ""
