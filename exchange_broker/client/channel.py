@@ -18,6 +18,7 @@ from pamqp import commands
 from exchange_broker.client.errors import ClientError
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.deliveries import Delivery
+from exchange_broker.protocol.names import method
 
 OnDelivery = Callable[[Delivery], None]
 OnCancel = Callable[[str, "ClientError | None"], None]  # (consumer tag, None: cancelled by the broker)
@@ -142,8 +143,8 @@ class Channel:
         if no_ack:
             self._no_ack.add(tag)
         try:
-            await self.call(commands.Basic.Consume(queue=queue, consumer_tag=tag, no_ack=no_ack,
-                                                   exclusive=exclusive, arguments=arguments or {}),
+            await self.call(method(commands.Basic.Consume, queue=queue, consumer_tag=tag, no_ack=no_ack,
+                                   exclusive=exclusive, arguments=arguments or {}),
                             commands.Basic.ConsumeOk)
         except BaseException:
             self._consumers.pop(tag, None)
@@ -215,7 +216,7 @@ class Channel:
 
     async def get(self, queue: str, no_ack: bool = False) -> Delivery | None:
         """basic.get: the message (``message_count`` = how many are left) or None (empty)."""
-        got = await self.call(commands.Basic.Get(queue=queue, no_ack=no_ack),
+        got = await self.call(method(commands.Basic.Get, queue=queue, no_ack=no_ack),
                               Delivery, commands.Basic.GetEmpty)
         if not isinstance(got, Delivery):
             return None

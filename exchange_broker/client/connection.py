@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl as ssl_module
 from typing import Callable
 
 from pamqp import commands
@@ -69,19 +70,26 @@ class Connection(asyncio.Protocol):
     @classmethod
     async def open(cls, host: str, port: int, user: str, password: str, vhost: str = "/", *,
                    name: str = "exchange-broker client", heartbeat: float = 10.0,
-                   timeout: float = OPEN_TIMEOUT, product: str = "exchange-broker client") -> "Connection":
-        """Connect and log in; ``heartbeat`` 0 takes the server's interval."""
+                   timeout: float = OPEN_TIMEOUT, product: str = "exchange-broker client",
+                   ssl: "ssl_module.SSLContext | None" = None, server_hostname: str | None = None
+                   ) -> "Connection":
+        """Connect and log in; ``heartbeat`` 0 takes the server's interval. ``ssl``: over TLS
+        with that context (``server_hostname``: the name sent and checked, default ``host``;
+        "" sends none)."""
         loop = asyncio.get_running_loop()
         conn = cls(name, heartbeat, product)
         conn.protocol = ClientConnection(
             user, password, vhost, heartbeat=int(heartbeat) or None,
             client_properties={"product": product, "connection_name": name})
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: conn, host, port), timeout)
+            tls = {} if ssl is None else {"ssl": ssl, "server_hostname": server_hostname}
+            await asyncio.wait_for(loop.create_connection(lambda: conn, host, port, **tls), timeout)
             await asyncio.wait_for(asyncio.shield(conn._opened), timeout)
         except asyncio.TimeoutError:
             conn._fail(ClientError(f"{host}:{port}: no answer within {timeout:g} s"))
             raise conn.error from None
+        except ssl_module.SSLError as exc:  # before OSError: it is one
+            raise ClientError(f"{host}:{port}: TLS: {exc.reason or exc}") from None
         except OSError as exc:
             raise ClientError(f"{host}:{port}: {exc.strerror or exc}") from None
         except ClientError:
@@ -240,6 +248,8 @@ class Connection(asyncio.Protocol):
         if self.error is not None:
             return
         try:
+            self._flush()  # first: acks still coalescing go before connection.close (after it
+            # the broker reads nothing more, and would requeue what they settle)
             self.protocol.close(200, "Goodbye")
             self._flush()
             await asyncio.wait_for(asyncio.shield(self._closed), 5.0)

@@ -280,7 +280,7 @@ class Session(Credentials, BackPressure):
                 self.user = event.user
                 # the cluster's link user republishes what other nodes checked: it is not checked;
                 # a user of another backend (OAuth 2.0, LDAP) has the tags it logged in with
-                if self.broker.is_link_user(event.user):
+                if self.broker.is_internal_user(event.user):  # the cluster's nodes, the movers
                     self.principal = None
                 elif self.authz is None and event.user in self.broker.users:
                     self.principal = self.broker.users[event.user]

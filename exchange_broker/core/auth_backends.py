@@ -162,10 +162,10 @@ class InternalBackend:
 
     def login(self, username: str, password: str | None, peer_host: str) -> AuthenticatedUser | None:
         broker = self.broker
-        if broker.is_link_user(username):
-            if password is not None and broker.check_link_password(password):
-                return AuthenticatedUser(username, [])  # AMQP between nodes only: no admin API tags
-            raise BackendRefusal(f"wrong password for the cluster link user '{username}'")
+        if broker.is_internal_user(username):
+            if password is not None and broker.check_link_password(password, username):
+                return AuthenticatedUser(username, [])  # AMQP within the broker only: no admin API tags
+            raise BackendRefusal(f"wrong password for the internal user '{username}'")
         user = broker.users.get(username)
         if user is None:
             return None

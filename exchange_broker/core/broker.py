@@ -75,9 +75,12 @@ class Broker:
         self.alarms: dict[str, str] = {}  # resource alarms in force: name -> detail
         self.reply_to = ReplyTo()
         self.loopback_users = set(loopback_users)
-        # (name, password) of the internal user cluster nodes and movers (shovels, federation) log in
-        # as: never stored, not listed, allowed everything in every vhost (None: no such user yet)
+        # (name, password) of the internal users cluster nodes (link_login) and movers (shovels,
+        # federation: movers_login) log in as: never stored, not listed, allowed everything in every
+        # vhost (None: no such user yet). What the cluster's link user publishes is not relayed to
+        # another node (it was relayed already); what the movers' user publishes is, as a client's.
         self.link_login: tuple[str, str] | None = None
+        self.movers_login: tuple[str, str] | None = None
         self.auth = AuthChain([InternalBackend(self)])  # app.py sets --auth-backends' chain
         self.cluster_name = "exchange-broker"  # RabbitMQ's cluster_name (--cluster-name; movers/start.py)
         # a cluster with per-queue leaders: transient and exclusive queues, transient exchanges and
@@ -256,9 +259,9 @@ class Broker:
         text = decided[0].client_text if decided else f"{mechanism} login needs Broker.login (a backend asks the network)"
         raise AMQPError(ACCESS_REFUSED, text, 10, 11, hard=True)
 
-    def check_link_password(self, password: str) -> bool:
-        return self.link_login is not None and hmac.compare_digest(password.encode(),
-                                                                   self.link_login[1].encode())
+    def check_link_password(self, password: str, user: str | None = None) -> bool:
+        login = self.movers_login if user is not None and self._is_movers_user(user) else self.link_login
+        return login is not None and hmac.compare_digest(password.encode(), login[1].encode())
 
     def update_secret(self, user, new_secret: str, peer_host: str, done: Callable) -> None:
         """connection.update-secret: the backend that logged ``user`` in checks the new secret
@@ -283,12 +286,19 @@ class Broker:
         if vhost not in self.vhosts:
             raise AMQPError(NOT_ALLOWED, f"vhost {vhost} not found", 10, 40, hard=True)
         if (not authz.vhost_access(vhost) if authz is not None else
-                (user, vhost) not in self.permissions and not self.is_link_user(user)):
+                (user, vhost) not in self.permissions and not self.is_internal_user(user)):
             raise AMQPError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{user}'",
                             10, 40, hard=True)
 
     def is_link_user(self, user: str) -> bool:
         return self.link_login is not None and user == self.link_login[0]
+
+    def _is_movers_user(self, user: str) -> bool:
+        return self.movers_login is not None and user == self.movers_login[0]
+
+    def is_internal_user(self, user: str) -> bool:
+        """The cluster's link user or the movers' (everything allowed, user_id not checked)."""
+        return self.is_link_user(user) or self._is_movers_user(user)
 
     def check_write(self, session: Connection, exchange: str, routing_key: str | None = None) -> None:
         """basic.publish: write permission on the exchange (403 before the 404, as RabbitMQ), then

@@ -90,7 +90,7 @@ def resource_name(kind: str, name: str) -> str:
     return "amq.default" if kind == "exchange" and name == "" else name
 
 
-LINK_USER_PERMISSIONS = (".*", ".*", ".*")  # the cluster's nodes, logged in to each other (Broker.link_login)
+LINK_USER_PERMISSIONS = (".*", ".*", ".*")  # the internal users (Broker.link_login, movers_login)
 
 
 def allowed(broker, user: str, vhost: str, kind: str, name: str, perm: int, authz=None) -> bool:
@@ -98,7 +98,7 @@ def allowed(broker, user: str, vhost: str, kind: str, name: str, perm: int, auth
     the grants of an external backend (OAuth 2.0 scopes, LDAP queries) instead of the tables."""
     if authz is not None:
         return authz.resource_access(vhost, kind, resource_name(kind, name), PERMISSION_NAMES[perm])
-    triple = broker.permissions.get((user, vhost)) or (LINK_USER_PERMISSIONS if broker.is_link_user(user) else None)
+    triple = broker.permissions.get((user, vhost)) or (LINK_USER_PERMISSIONS if broker.is_internal_user(user) else None)
     return triple is not None and matches(triple[perm], resource_name(kind, name))
 
 
@@ -120,7 +120,7 @@ def check(sess: Connection, perm: int, kind: str, name: str) -> None:
     user = sess.user
     authz = sess.__dict__.get("authz")  # an external backend's grants (core/auth_backends.py)
     triple = authz if authz is not None else broker.permissions.get((user, vhost)) or \
-        (LINK_USER_PERMISSIONS if broker.is_link_user(user) else None)
+        (LINK_USER_PERMISSIONS if broker.is_internal_user(user) else None)
     cache = sess.__dict__.get("_perm_cache")
     if cache is None or cache[0] is not triple:
         cache = sess._perm_cache = (triple, set())

@@ -10,6 +10,7 @@ from pamqp import commands
 
 from exchange_broker.movers import uris
 from exchange_broker.movers.amqp import Link, LinkError, LocalBroker, connect
+from exchange_broker.protocol.names import method
 
 
 async def open_first(uri_list, vhost: str, local: LocalBroker, name: str) -> tuple[Link, str]:
@@ -29,7 +30,7 @@ async def ensure_queue(link: Link, queue: str, arguments: dict, predeclared: boo
     ``predeclared``."""
     ch = await link.channel()
     try:
-        ok = await ch.call(commands.Queue.Declare(queue=queue, passive=True), commands.Queue.DeclareOk)
+        ok = await ch.call(method(commands.Queue.Declare, queue=queue, passive=True), commands.Queue.DeclareOk)
         return ok.message_count
     except LinkError as exc:
         if exc.code != 404 or predeclared:
@@ -38,7 +39,7 @@ async def ensure_queue(link: Link, queue: str, arguments: dict, predeclared: boo
         await close_quietly(ch)
     ch = await link.channel()
     try:
-        ok = await ch.call(commands.Queue.Declare(queue=queue, durable=True, arguments=arguments),
+        ok = await ch.call(method(commands.Queue.Declare, queue=queue, durable=True, arguments=arguments),
                            commands.Queue.DeclareOk)
         return ok.message_count
     finally:
@@ -51,7 +52,7 @@ async def check_exchange(link: Link, exchange: str) -> None:
         return
     ch = await link.channel()
     try:
-        await ch.call(commands.Exchange.Declare(exchange=exchange, passive=True), commands.Exchange.DeclareOk)
+        await ch.call(method(commands.Exchange.Declare, exchange=exchange, passive=True), commands.Exchange.DeclareOk)
     finally:
         await close_quietly(ch)
 

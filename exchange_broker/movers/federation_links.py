@@ -7,7 +7,9 @@ and upstream.
 * :class:`QueueLink`: consumes from the upstream queue of the same name (or ``queue``) only while
   the local queue has consumers and no message ready for them, and puts what it gets into it.
 
-Each message brought over gets an ``x-received-from`` entry (``uri``, ``exchange``/``queue``,
+A message's ``user_id`` is removed unless the upstream has ``trust-user-id`` (RabbitMQ's
+federation: this broker cannot know the upstream checked it). Each message brought over gets an
+``x-received-from`` entry (``uri``, ``exchange``/``queue``,
 ``redelivered``, ``cluster-name`` of the upstream, as RabbitMQ); a message whose entries already
 name this broker (it went round a cycle) or that made ``max-hops`` hops is dropped.
 """
@@ -27,6 +29,7 @@ from exchange_broker.movers.federation_config import Upstream
 from exchange_broker.movers.forwarding import Forwarding
 from exchange_broker.movers.supervisor import Status
 from exchange_broker.protocol import codec
+from exchange_broker.protocol.names import method
 
 SYNC_INTERVAL = 0.5  # seconds between checks of the local bindings / the local queue's demand
 
@@ -65,6 +68,8 @@ class _Link:
                      "cluster-name": self.up_name})
         headers["x-received-from"] = seen
         props["headers"] = headers
+        if not self.upstream.trust_user_id:  # the upstream's word for who published: not taken
+            props.pop("user_id", None)
         return codec.encode_properties(props)
 
     def info(self) -> dict:
@@ -85,16 +90,17 @@ class ExchangeLink(_Link):
     async def _link(self, up, down, status: Status) -> None:
         ex = self._local_exchange()
         ch = await up.channel()
-        await ch.call(commands.Exchange.Declare(exchange=self.up_exchange, exchange_type=ex.type, durable=ex.durable),
-                      commands.Exchange.DeclareOk)
+        await ch.call(method(commands.Exchange.Declare, exchange=self.up_exchange, exchange_type=ex.type,
+                             durable=ex.durable), commands.Exchange.DeclareOk)
         args = {}
         if self.upstream.expires is not None:
             args["x-expires"] = int(self.upstream.expires)
         if self.upstream.message_ttl is not None:
             args["x-message-ttl"] = int(self.upstream.message_ttl)
-        # RabbitMQ's "federation: X -> name", in the characters the client accepts in a queue name
+        # RabbitMQ's "federation: X -> name", in a name any AMQP client can type
         self.queue = re.sub(r"[^a-zA-Z0-9_.:-]", "_", f"federation:{self.up_exchange}:{self.broker.cluster_name}")
-        await ch.call(commands.Queue.Declare(queue=self.queue, durable=True, arguments=args), commands.Queue.DeclareOk)
+        await ch.call(method(commands.Queue.Declare, queue=self.queue, durable=True, arguments=args),
+                      commands.Queue.DeclareOk)
         await self._sync(ch)
         sync = asyncio.get_running_loop().create_task(self._keep_in_step(ch))
         try:
@@ -119,12 +125,12 @@ class ExchangeLink(_Link):
     async def _sync(self, ch) -> None:
         wanted = self._wanted()
         for rk, args in wanted - self.bound:
-            await ch.call(commands.Queue.Bind(queue=self.queue, exchange=self.up_exchange, routing_key=rk,
-                                              arguments=json.loads(args)), commands.Queue.BindOk)
+            await ch.call(method(commands.Queue.Bind, queue=self.queue, exchange=self.up_exchange, routing_key=rk,
+                                 arguments=json.loads(args)), commands.Queue.BindOk)
             self.bound.add((rk, args))
         for rk, args in self.bound - wanted:
-            await ch.call(commands.Queue.Unbind(queue=self.queue, exchange=self.up_exchange, routing_key=rk,
-                                                arguments=json.loads(args)), commands.Queue.UnbindOk)
+            await ch.call(method(commands.Queue.Unbind, queue=self.queue, exchange=self.up_exchange,
+                                 routing_key=rk, arguments=json.loads(args)), commands.Queue.UnbindOk)
             self.bound.discard((rk, args))
 
     async def _keep_in_step(self, ch) -> None:
@@ -149,7 +155,7 @@ class QueueLink(_Link):
 
     async def _link(self, up, down, status: Status) -> None:
         ch = await up.channel()
-        await ch.call(commands.Queue.Declare(queue=self.up_queue, passive=True), commands.Queue.DeclareOk)
+        await ch.call(method(commands.Queue.Declare, queue=self.up_queue, passive=True), commands.Queue.DeclareOk)
         watch = asyncio.get_running_loop().create_task(self._follow_demand())
         try:
             await self.moving.run(up, down, ch, await down.channel(), self.up_queue,

@@ -107,7 +107,9 @@ class Forwarding:
             await self.resume()
         on_running()
         try:
-            await done  # raises the failure; returns once ``limit`` is reached
+            # shielded: cancelling this task must not cancel ``done`` (the drain below waits for the
+            # last confirms only while ``done`` is not done, i.e. both ends are still there)
+            await asyncio.shield(done)  # raises the failure; returns once ``limit`` is reached
         except asyncio.CancelledError:  # stopped (deleted, restarted, broker shutting down)
             await self._drain(done)
             raise

@@ -18,11 +18,12 @@ from pamqp import commands
 
 from exchange_broker.movers import uris
 from exchange_broker.movers.amqp import Delivery, LocalBroker
-from exchange_broker.movers.forwarding import Forwarding
 from exchange_broker.movers.endpoints import check_exchange, close_quietly, ensure_queue, open_first
+from exchange_broker.movers.forwarding import Forwarding
 from exchange_broker.movers.shovel_config import ShovelConfig
 from exchange_broker.movers.supervisor import Status
 from exchange_broker.protocol import codec
+from exchange_broker.protocol.names import method
 
 PROPERTY_NAMES = {"type": "message_type"}  # RabbitMQ's name -> pamqp's, where they differ
 
@@ -69,10 +70,11 @@ class Shovel:
         dest_ch = await dest.channel()
         src_ch = await src.channel()
         if c.src_queue is None:
-            ok = await src_ch.call(commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk)
+            ok = await src_ch.call(method(commands.Queue.Declare, queue="", exclusive=True),
+                                   commands.Queue.DeclareOk)
             queue = ok.queue
-            await src_ch.call(commands.Queue.Bind(queue=queue, exchange=c.src_exchange,
-                                                  routing_key=c.src_exchange_key), commands.Queue.BindOk)
+            await src_ch.call(method(commands.Queue.Bind, queue=queue, exchange=c.src_exchange,
+                                     routing_key=c.src_exchange_key), commands.Queue.BindOk)
         before = self._start = self.moving.forwarded
         try:
             await self.moving.run(src, dest, src_ch, dest_ch, queue, target=self._target,

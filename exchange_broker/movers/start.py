@@ -21,13 +21,14 @@ async def start_movers(broker, store, listen_host: str, port: int, cluster_name:
                        cluster=None) -> Parameters:
     """The movers' parameters, restored from the store (``store`` None: in memory) and started;
     ``cluster`` (a node with per-queue leaders: ``name``, ``members``) places each on one node.
-    ``amqp://`` URIs reach this broker on ``port`` with the broker's internal login (the cluster
-    links' one when there is one, else a random secret made here)."""
+    ``amqp://`` URIs reach this broker on ``port`` with the movers' internal login (a random
+    secret made here; not the cluster links' one: what they publish to a queue another node leads
+    must be relayed there, as a client's)."""
     # federation's cycle detection needs a name of its own for each broker
     broker.cluster_name = cluster_name or f"exchange-broker@{socket.gethostname()}:{port}"
-    if broker.link_login is None:
-        broker.link_login = (MOVERS_USER, secrets.token_urlsafe(24))
-    user, password = broker.link_login
+    if broker.movers_login is None:
+        broker.movers_login = (MOVERS_USER, secrets.token_urlsafe(24))
+    user, password = broker.movers_login
     params = Parameters(broker, LocalBroker(loopback_host(listen_host), port, user, password))
     if store is not None:
         from persistence.parameters_store import load_parameters

@@ -2,6 +2,10 @@
 subset this broker's client supports) and redaction for listings.
 
 ``amqp://`` with no host means this broker (the parameter's own vhost unless the URI names one).
+``amqps://`` is TLS (port 5671 by default), set by RabbitMQ's query parameters: ``cacertfile``,
+``certfile``, ``keyfile``, ``verify`` (``verify_peer``, the default, or ``verify_none``),
+``server_name_indication`` (the name to ask for and check, ``disable``: none). Hostless
+``amqps://`` is this broker too (over loopback, without TLS).
 """
 
 from __future__ import annotations
@@ -10,6 +14,9 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 DEFAULT_PORT = 5672
+DEFAULT_TLS_PORT = 5671
+TLS_KEYS = ("cacertfile", "certfile", "keyfile", "verify", "server_name_indication")
+VERIFY = ("verify_peer", "verify_none")
 
 
 class UriError(ValueError):
@@ -25,6 +32,8 @@ class Endpoint:
     password: str
     vhost: str | None   # None: the parameter's vhost (``amqp://`` / ``amqp://host``)
     heartbeat: float
+    tls: dict | None = None   # amqps: the TLS query parameters given (TLS_KEYS)
+    timeout: float = 10.0     # connection_timeout, in seconds
 
     @property
     def local(self) -> bool:
@@ -40,9 +49,7 @@ def parse(uri: str) -> Endpoint:
         port = parts.port
     except ValueError as exc:
         raise UriError(str(exc)) from None
-    if parts.scheme == "amqps":
-        raise UriError("amqps is not supported by this broker's shovels yet")
-    if parts.scheme != "amqp":
+    if parts.scheme not in ("amqp", "amqps"):
         raise UriError("bad_scheme")
     host = parts.hostname or ""
     user = unquote(parts.username) if parts.username is not None else "guest"
@@ -51,15 +58,26 @@ def parse(uri: str) -> Endpoint:
     if "/" in path:
         raise UriError("bad_vhost (a '/' in a vhost name is written %2F)")
     vhost = unquote(path) if parts.path else None
-    heartbeat = 10.0
+    heartbeat, timeout = 10.0, 10.0
+    tls = {} if parts.scheme == "amqps" else None
     for item in filter(None, parts.query.split("&")):
         key, _, value = item.partition("=")
-        if key == "heartbeat":
+        value = unquote(value)
+        if key in ("heartbeat", "connection_timeout"):
             try:
-                heartbeat = float(value)
+                number = float(value)
             except ValueError:
-                raise UriError(f"heartbeat={value!r} is not a number") from None
-    return Endpoint(uri, host, port or DEFAULT_PORT, user, password, vhost, heartbeat)
+                raise UriError(f"{key}={value!r} is not a number") from None
+            if key == "heartbeat":
+                heartbeat = number
+            else:
+                timeout = number / 1000  # milliseconds, as RabbitMQ's
+        elif key in TLS_KEYS and tls is not None:
+            if key == "verify" and value not in VERIFY:
+                raise UriError(f"verify={value!r}: should be one of {', '.join(VERIFY)}")
+            tls[key] = value
+    return Endpoint(uri, host, port or (DEFAULT_TLS_PORT if tls is not None else DEFAULT_PORT), user, password,
+                    vhost, heartbeat, tls, timeout)
 
 
 def uri_list(value) -> list[str]:

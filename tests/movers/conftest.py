@@ -28,3 +28,11 @@ def there():
     """A second broker: the other end of the shovels."""
     with ThreadedBroker() as tb:
         yield tb
+
+
+@pytest.fixture
+def upstream():
+    """A federation upstream, with its admin API (a cycle federates both ways)."""
+    with ThreadedBroker(admin=True) as tb:
+        tb.api = Api(tb.admin_url)
+        yield tb

@@ -12,15 +12,7 @@ import pytest
 from admin_helpers import Api
 
 from eb_support import close_quietly, pika_connect, wait_until
-from exchange_broker.testing import ThreadedBroker
 from mover_support import depth
-
-
-@pytest.fixture
-def upstream():
-    with ThreadedBroker(admin=True) as tb:
-        tb.api = Api(tb.admin_url)
-        yield tb
 
 
 def uri(tb) -> str:
@@ -153,5 +145,36 @@ def test_queue_federation_pulls_for_local_consumers(upstream, here):
             local.process_data_events(time_limit=0.1)
         assert sorted(int(b) for b in got) == list(range(60))
         assert depth(upstream.port, "work") == 0
+    finally:
+        close_quietly(local)
+
+
+@pytest.mark.parametrize("trust", [False, True], ids=["user-id-removed", "trust-user-id"])
+def test_user_id_crosses_only_with_trust_user_id(upstream, here, trust):
+    """RabbitMQ's federation: the upstream's validated ``user_id`` is removed from what comes
+    over unless the upstream has ``trust-user-id``."""
+    local = pika_connect(here.port)
+    try:
+        lch = local.channel()
+        lch.exchange_declare("ux", "fanout", durable=True)
+        lch.queue_declare("ux-got")
+        lch.queue_bind("ux-got", "ux")
+        here.api.ok("PUT", "/api/parameters/federation-upstream/%2F/up",
+                    {"value": {"uri": uri(upstream), "trust-user-id": trust}})
+        here.api.ok("PUT", "/api/policies/%2F/fed", {"pattern": "^ux$", "apply-to": "exchanges",
+                                                     "definition": {"federation-upstream": "up"}})
+        wait_running(here.api)
+        assert wait_until(lambda: upstream_keys(upstream, "ux") == {"ux-got"}, 10)  # pika: the queue name
+        conn = pika_connect(upstream.port)
+        try:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.basic_publish("ux", "", b"signed", pika.BasicProperties(user_id="guest", message_id="1"))
+        finally:
+            close_quietly(conn)
+        assert wait_until(lambda: depth(here.port, "ux-got") == 1, 20)
+        _m, props, body = lch.basic_get("ux-got", auto_ack=True)
+        assert body == b"signed" and props.message_id == "1"
+        assert props.user_id == ("guest" if trust else None)
     finally:
         close_quietly(local)

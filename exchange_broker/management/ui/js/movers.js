@@ -1,6 +1,6 @@
-/* Shovels and federation links: state (with the reason when an end refuses), messages moved and
-   the rate since the last refresh; restart or delete a shovel. Declared through the HTTP API or
-   `exchange-broker admin shovel declare` (RabbitMQ's shovel parameters). */
+/* Shovels and federation links: state (with the reason when an end refuses), the node running
+   it, messages moved and the rate since the last refresh; restart or delete a shovel. Declared
+   through the HTTP API or `exchange-broker admin shovel declare` (RabbitMQ's shovel parameters). */
 "use strict";
 (() => {
   const last = {};  // id -> [forwarded, time]: rates from the counters between refreshes
@@ -23,7 +23,7 @@
       const [ss, ls] = await Promise.all([EB.get(EB.scoped("/api/shovels")), EB.get(EB.scoped("/api/federation-links"))]);
       EB.clear(shovels).append(EB.table([
         { label: "Name", key: "name" }, { label: "Virtual host", key: "vhost", narrow: true },
-        { label: "State", render: (s) => state(s.state) },
+        { label: "State", render: (s) => state(s.state) }, { label: "Node", key: "node", narrow: true },
         { label: "Source", value: (s) => s.src_uri + " " + (s.src_queue || s.src_exchange || "") },
         { label: "Destination", value: (s) => s.dest_uri + " " + (s.dest_queue || s.dest_exchange || "") },
         { label: "Moved", key: "forwarded", num: true },
@@ -39,7 +39,7 @@
       EB.clear(links).append(EB.table([
         { label: "Link", key: "id" }, { label: "Virtual host", key: "vhost", narrow: true },
         { label: "Type", key: "type" }, { label: "Upstream", value: (l) => l.upstream + " (" + l.uri + ")" },
-        { label: "Status", render: (l) => state(l.status) },
+        { label: "Status", render: (l) => state(l.status) }, { label: "Node", key: "node", narrow: true },
         { label: "Moved", key: "forwarded", num: true },
         { label: "Rate", value: (l) => EB.rate(rateOf("f/" + l.vhost + "/" + l.id, l.forwarded)), num: true },
         { label: "Dropped", key: "dropped", num: true, narrow: true },
