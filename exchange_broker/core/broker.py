@@ -16,6 +16,7 @@ from typing import Callable
 import routing
 
 from exchange_broker import __version__
+from exchange_broker.core import alarms as alarms_mod
 from exchange_broker.core import limits, tracing
 from exchange_broker.core import permissions as perms
 from exchange_broker.core import users as users_mod
@@ -241,10 +242,7 @@ class Broker:
                          conn_name or peer_host or "local", logsafe(username), mechanism,
                          result.client_text, logsafe(str(result)))
             if self.events is not None:
-                ok = isinstance(result, AuthenticatedUser)
-                self.events.emit("user.authentication.success" if ok else "user.authentication.failure",
-                                 {"name": username, "auth_mechanism": mechanism, "connection_name": conn_name,
-                                  "peer_host": peer_host, "error": None if ok else str(result)})
+                self.events.authentication(username, mechanism, conn_name, peer_host, result)
             done(result)
         self.auth.login(username, password, peer_host, finished)
 
@@ -260,7 +258,7 @@ class Broker:
         raise AMQPError(ACCESS_REFUSED, text, 10, 11, hard=True)
 
     def check_link_password(self, password: str, user: str | None = None) -> bool:
-        login = self.movers_login if user is not None and self._is_movers_user(user) else self.link_login
+        login = self.internal_login(user) if user is not None else self.link_login
         return login is not None and hmac.compare_digest(password.encode(), login[1].encode())
 
     def update_secret(self, user, new_secret: str, peer_host: str, done: Callable) -> None:
@@ -293,12 +291,12 @@ class Broker:
     def is_link_user(self, user: str) -> bool:
         return self.link_login is not None and user == self.link_login[0]
 
-    def _is_movers_user(self, user: str) -> bool:
-        return self.movers_login is not None and user == self.movers_login[0]
+    def internal_login(self, user: str) -> tuple[str, str] | None:
+        """(name, password) of the cluster's link user or the movers' named ``user``, else None."""
+        return next((x for x in (self.link_login, self.movers_login) if x is not None and x[0] == user), None)
 
-    def is_internal_user(self, user: str) -> bool:
-        """The cluster's link user or the movers' (everything allowed, user_id not checked)."""
-        return self.is_link_user(user) or self._is_movers_user(user)
+    def is_internal_user(self, user: str) -> bool:  # everything allowed, user_id not checked
+        return self.internal_login(user) is not None
 
     def check_write(self, session: Connection, exchange: str, routing_key: str | None = None) -> None:
         """basic.publish: write permission on the exchange (403 before the 404, as RabbitMQ), then
@@ -450,25 +448,8 @@ class Broker:
         return "low on " + " and ".join(sorted(self.alarms)) if self.alarms else ""
 
     def set_alarm(self, resource: str, on: bool, detail: str = "") -> None:
-        """Raise or clear an alarm. While any is raised, every publishing connection is sent
-        connection.blocked and is not read; consumers keep draining."""
-        if on == (resource in self.alarms):
-            return
-        if self.events is not None:
-            self.events.alarm(resource, on)
-        if on:
-            self.alarms[resource] = detail
-            log.warning("%s alarm set (%s): blocking publishers", resource, detail)
-            reason = self.alarm_reason()
-            for sess in list(self.sessions):
-                if sess.has_published:
-                    sess.block(reason)
-        else:
-            del self.alarms[resource]
-            log.warning("%s alarm cleared", resource)
-            if not self.alarms:
-                for sess in list(self.sessions):
-                    sess.unblock()
+        """Raise or clear a resource alarm (core/alarms.py)."""
+        alarms_mod.set_alarm(self, resource, on, detail)
 
     # -- periodic checks (the server calls tick once a second) -----------------------------------
     def tick(self, now: float | None = None) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import logging
 
+from exchange_broker.core.auth_backends import LoginRefused
 from exchange_broker.core.exchange import Exchange
 from exchange_broker.core.message import Message
 from exchange_broker.protocol import codec
@@ -151,6 +152,13 @@ class EventExchange:
     def changed(self, key: str, props: dict) -> None:
         """An operator's change (a permission, a policy, a user's tags), with who made it."""
         self.emit(key, {**props, "user_who_performed_action": self._user()})
+
+    def authentication(self, username: str, mechanism: str, conn_name: str, peer_host: str, result) -> None:
+        """A login decided (``result``: an AuthenticatedUser, or a LoginRefused saying why)."""
+        ok = not isinstance(result, LoginRefused)
+        self.emit("user.authentication.success" if ok else "user.authentication.failure",
+                  {"name": username, "auth_mechanism": mechanism, "connection_name": conn_name,
+                   "peer_host": peer_host, "error": None if ok else str(result)})
 
     def alarm(self, resource: str, on: bool) -> None:
         self.emit("alarm.set" if on else "alarm.cleared", {"source": resource, "node": NODE})
