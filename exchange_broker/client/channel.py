@@ -164,8 +164,10 @@ class Channel:
             return
         if self.error is not None:
             raise self.error
-        self._acks.add(delivery_tag)
-        self.connection._ack_later(self)
+        acks = self._acks
+        if not acks:
+            self.connection._ack_later(self)
+        acks.add(delivery_tag)
 
     def flush_acks(self) -> None:
         """Send the acks waiting since the last write: one basic.ack(multiple) for those that are

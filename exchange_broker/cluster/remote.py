@@ -111,7 +111,9 @@ class RemoteQueue(QueueType):
             w = Waiter()
             w.fire(False)
             return w
-        fw = self.links.forwarder(self.address, self.vhost)
+        fw = self._forwarder
+        if fw is None or fw.address != self.address:
+            fw = self._forwarder = self.links.forwarder(self.address, self.vhost)
         waiter = fw.publish(self.name, msg.properties, msg.body)
         if publisher is not None and fw.in_flight > FLOW_HIGH and publisher not in self.flow_blocked:
             publisher.throttle(self)  # read again once the leader confirmed the backlog
@@ -195,6 +197,7 @@ class RemoteQueue(QueueType):
 
     led_elsewhere = True
     _leader_error = None
+    _forwarder = None  # the links' Forwarder to the leader (looked up again when it moved)
 
     def purge(self) -> list[Message]:
         """The admin API's purge (synchronous): refused; AMQP queue.purge uses ``purge_on_leader``."""
