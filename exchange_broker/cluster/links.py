@@ -123,7 +123,8 @@ class Links:
 class _Batch:
     """The forwards of one event-loop turn to one (exchange, routing key): one Waiter for all of
     them, fired once the leader confirmed each (True only if it acked every one and returned
-    none). The link channel's confirm tracking calls it once per confirmed publish."""
+    none). The link channel tracks the batch's publishes as one run and calls it with each
+    confirm's count of them."""
     __slots__ = ("forwarder", "key", "gen", "waiter", "pending", "ok")
 
     def __init__(self, forwarder: "Forwarder", key: tuple, gen: int) -> None:
@@ -134,13 +135,13 @@ class _Batch:
         self.pending = 0        # sent (or waiting to be), not yet confirmed
         self.ok = True
 
-    def __call__(self, ok: bool) -> None:
+    def __call__(self, ok: bool, count: int = 1) -> None:
         if not ok:
             self.ok = False
-        self.pending -= 1
+        self.pending -= count
         fw = self.forwarder
-        fw.in_flight -= 1
-        if self.pending == 0:
+        fw.in_flight -= count
+        if self.pending <= 0:
             fw._done(self)
 
 
@@ -148,8 +149,8 @@ class Forwarder:
     """Publishes to the default exchange of one (node, vhost), in order, with confirms.
 
     One confirm tracker: the publishes of one event-loop turn to one queue share a :class:`_Batch`
-    (one Waiter, so the publisher's channel tracks them as one run) that the link channel's
-    confirms count down; no per-message object or callback beyond the channel's own entry."""
+    (one Waiter, so the publisher's channel tracks them as one run, and one run of the link
+    channel) that the leader's confirms count down: no per-message object or callback."""
 
     def __init__(self, links: Links, address: Address, vhost: str) -> None:
         self.links = links
