@@ -11,7 +11,8 @@ import threading
 from itertools import chain
 from typing import Iterable
 
-from sqlalchemy import bindparam, delete, event, func, insert, select, update
+from sqlalchemy import BigInteger, any_, bindparam, delete, event, func, insert, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -45,6 +46,11 @@ _SQLITE_INSERT_MANY = {
 }
 _DELETE_SEQS = delete(messages).where(
     messages.c.queue_id == bindparam("q"), messages.c.seq.in_(bindparam("seqs", expanding=True))
+)
+# PostgreSQL: "seq = ANY(array)", one statement text whatever the count (an expanding IN list is a
+# new text, so a new parse by the driver and the server, for every count a batch happens to have)
+_DELETE_SEQS_ARRAY = delete(messages).where(
+    messages.c.queue_id == bindparam("q"), messages.c.seq == any_(bindparam("seqs", type_=ARRAY(BigInteger)))
 )
 _DELETE_MESSAGE = delete(messages).where(
     messages.c.queue_id == bindparam("q"), messages.c.seq == bindparam("s")
@@ -223,8 +229,10 @@ class SqlMessages:
             if runs is not None:  # acks come in runs (multiple): a range scan each, no IN list
                 ranges.extend({"q": q, "lo": lo, "hi": hi} for lo, hi in runs)
                 continue
+            # scattered seqs: on PostgreSQL one statement text whatever their count (= ANY(array))
+            statement = _DELETE_SEQS_ARRAY if self._dialect == "postgresql" else _DELETE_SEQS
             for i in range(0, len(seqs), REMOVE_CHUNK):  # one indexed range scan per chunk
-                conn.execute(_DELETE_SEQS, {"q": q, "seqs": seqs[i : i + REMOVE_CHUNK]})
+                conn.execute(statement, {"q": q, "seqs": seqs[i : i + REMOVE_CHUNK]})
         if ranges:
             conn.execute(_DELETE_RANGE, ranges)
         if singles:

@@ -30,13 +30,14 @@ def _fail(fut: asyncio.Future, error: ClientError) -> None:
         fut.exception()  # retrieved: whoever awaits it still gets the error
 
 
-def _settle(waiting, ok: bool) -> None:
-    """A confirm arrived: set the publish's future, or call its ``on_confirm``."""
+def _settle(waiting, ok: bool, count: int) -> None:
+    """Confirms arrived: set the publish's future, or call ``on_confirm(ok, count)`` for ``count``
+    of the publishes it was given for."""
     if isinstance(waiting, asyncio.Future):
         if not waiting.done():
             waiting.set_result(ok)
     else:
-        waiting(ok)
+        waiting(ok, count)
 
 
 class Channel:
@@ -49,7 +50,9 @@ class Channel:
         self.on_return: Callable[[Delivery], None] | None = None  # mandatory publishes returned
         self._rpc: deque[tuple[tuple, asyncio.Future]] = deque()
         self._seq = 0
-        self._unconfirmed: OrderedDict[int, asyncio.Future | Callable[[bool], None]] = OrderedDict()
+        # publishes awaiting their confirm, as runs [first seq, last seq, future or on_confirm]:
+        # consecutive publishes given one on_confirm are one run, however many they are
+        self._unconfirmed: deque[list] = deque()
         self._consumers: dict[str, tuple[OnDelivery, OnCancel | None]] = {}
         self._tags = count(1)
         # deliveries not yet settled, in delivery-tag order, and acks not yet sent: the acks of an
@@ -91,12 +94,14 @@ class Channel:
 
     # -- publishing ------------------------------------------------------------------------------
     def publish(self, exchange: str, routing_key: str, properties: bytes, body: bytes,
-                mandatory: bool = False, on_confirm: Callable[[bool], None] | None = None
+                mandatory: bool = False, on_confirm: Callable[[bool, int], None] | None = None
                 ) -> asyncio.Future | None:
         """basic.publish with raw content-header properties (passed on as they are). In confirm
         mode: returns the confirm's future (True: acked, False: nacked) or, given ``on_confirm``,
-        calls it with the outcome instead (False also when the channel or connection is lost
-        first; no future, no extra loop turn); else None."""
+        calls ``on_confirm(ok, count)`` instead as confirms come (ok False also when the channel or
+        connection is lost first; no future, no extra loop turn): publishes in a row given the same
+        ``on_confirm`` are tracked as one run, and one multiple ack settles them in one call;
+        else None."""
         if self.error is not None:
             raise self.error
         if self.closing:
@@ -108,25 +113,51 @@ class Channel:
         conn._schedule_flush()
         if not self.confirming:
             return None
-        self._seq += 1
+        seq = self._seq = self._seq + 1
+        runs = self._unconfirmed
         if on_confirm is not None:
-            self._unconfirmed[self._seq] = on_confirm
+            if runs:
+                last = runs[-1]
+                if last[2] is on_confirm and last[1] == seq - 1:
+                    last[1] = seq
+                    return None
+            runs.append([seq, seq, on_confirm])
             return None
-        fut = self._unconfirmed[self._seq] = asyncio.get_running_loop().create_future()
+        fut = asyncio.get_running_loop().create_future()
+        runs.append([seq, seq, fut])
         return fut
 
     def _confirm(self, tag: int, multiple: bool, ok: bool) -> None:
-        pending = self._unconfirmed
+        runs = self._unconfirmed
         if multiple:
-            while pending:
-                seq = next(iter(pending))
-                if seq > tag:
-                    break
-                _settle(pending.pop(seq), ok)
-        else:
-            waiting = pending.pop(tag, None)
-            if waiting is not None:
-                _settle(waiting, ok)
+            while runs and runs[0][0] <= tag:
+                run = runs[0]
+                first, last, waiting = run
+                if last <= tag:
+                    runs.popleft()
+                    _settle(waiting, ok, last - first + 1)
+                else:
+                    run[0] = tag + 1
+                    _settle(waiting, ok, tag - first + 1)
+                    return
+            return
+        for i, run in enumerate(runs):  # one tag: usually in the first run
+            first, last, waiting = run
+            if tag < first:
+                return
+            if tag > last:
+                continue
+            if first == last:
+                del runs[i]
+            elif tag == first:
+                run[0] = tag + 1
+            elif tag == last:
+                run[1] = tag - 1
+            else:  # out of order, in the middle of a run: split it
+                run[1] = tag - 1
+                runs.insert(i + 1, [tag + 1, last, waiting])
+            _settle(waiting, ok, 1)
+            return
 
     # -- consuming -------------------------------------------------------------------------------
     async def consume(self, queue: str, on_delivery: OnDelivery, *, prefetch: int = 0,
@@ -165,8 +196,10 @@ class Channel:
             return
         if self.error is not None:
             raise self.error
-        self._acks.add(delivery_tag)
-        self.connection._ack_later(self)
+        acks = self._acks
+        if not acks:
+            self.connection._ack_later(self)
+        acks.add(delivery_tag)
 
     def flush_acks(self) -> None:
         """Send the acks waiting since the last write: one basic.ack(multiple) for those that are
@@ -275,12 +308,12 @@ class Channel:
         self.connection.protocol.forget(self.number)
         while self._rpc:
             _fail(self._rpc.popleft()[1], error)
-        pending, self._unconfirmed = self._unconfirmed, OrderedDict()
-        for waiting in pending.values():
+        pending, self._unconfirmed = self._unconfirmed, deque()
+        for first, last, waiting in pending:
             if isinstance(waiting, asyncio.Future):
                 _fail(waiting, error)
             else:
-                waiting(False)
+                waiting(False, last - first + 1)
         consumers, self._consumers = self._consumers, {}
         for tag, (_deliver, on_cancel) in consumers.items():
             if on_cancel is not None:

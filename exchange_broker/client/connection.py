@@ -64,6 +64,7 @@ class Connection(asyncio.Protocol):
         self._silent_once = False
         # output is written once per event-loop turn (one send for every frame of that turn)
         self._flush_handle: asyncio.Handle | None = None
+        self.flushes = 0  # writes so far: what is published between two is sent together
         self._acking: set = set()  # channels with acks to coalesce before the next write
 
     # -- opening -------------------------------------------------------------------------------
@@ -170,6 +171,7 @@ class Connection(asyncio.Protocol):
         self._schedule_flush()
 
     def _flush(self) -> None:
+        self.flushes += 1
         if self._acking:
             acking, self._acking = self._acking, set()
             for ch in acking:

@@ -8,6 +8,9 @@ A forwarded publish is confirmed to its publisher only when the leader acked it:
 fires True on the leader's ack, and False on its nack, on a basic.return (forwards are mandatory:
 a leader that no longer has the queue returns the message, then acks it, and that ack must not
 reach the publisher), when the channel or link is lost first, or when the link cannot be opened.
+The publishes to one queue written to the link together share their Waiter: it fires True only
+once the leader acked each of them, False if it nacked or returned one (the publisher gets nacks
+for the batch and publishes them again: nothing is acked that the leader did not take).
 """
 
 from __future__ import annotations
@@ -117,53 +120,73 @@ class Links:
             await link.close()
 
 
-class _Forward:
-    """One forwarded message; called with the leader's confirm (the channel's ``on_confirm``)."""
-    __slots__ = ("forwarder", "routing_key", "properties", "body", "waiter", "returned", "exchange")
+class _Batch:
+    """The forwards of one event-loop turn to one (exchange, routing key): one Waiter for all of
+    them, fired once the leader confirmed each (True only if it acked every one and returned
+    none). The link channel tracks the batch's publishes as one run and calls it with each
+    confirm's count of them."""
+    __slots__ = ("forwarder", "key", "gen", "waiter", "pending", "ok")
 
-    def __init__(self, forwarder: "Forwarder", routing_key: str, properties: bytes, body: bytes,
-                 waiter: Waiter, exchange: str = "") -> None:
+    def __init__(self, forwarder: "Forwarder", key: tuple, gen: int) -> None:
         self.forwarder = forwarder
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.properties = properties
-        self.body = body
-        self.waiter = waiter
-        self.returned = False
+        self.key = key          # (exchange, routing key)
+        self.gen = gen          # the link's flush count when it opened: it takes publishes until the next write
+        self.waiter = Waiter()
+        self.pending = 0        # sent (or waiting to be), not yet confirmed
+        self.ok = True
 
-    def __call__(self, ok: bool) -> None:
-        self.forwarder._confirmed(self, ok)
+    def __call__(self, ok: bool, count: int = 1) -> None:
+        if not ok:
+            self.ok = False
+        self.pending -= count
+        fw = self.forwarder
+        fw.in_flight -= count
+        if self.pending <= 0:
+            fw._done(self)
 
 
 class Forwarder:
-    """Publishes to the default exchange of one (node, vhost), in order, with confirms."""
+    """Publishes to the default exchange of one (node, vhost), in order, with confirms.
+
+    One confirm tracker: the publishes of one event-loop turn to one queue share a :class:`_Batch`
+    (one Waiter, so the publisher's channel tracks them as one run, and one run of the link
+    channel) that the leader's confirms count down: no per-message object or callback."""
 
     def __init__(self, links: Links, address: Address, vhost: str) -> None:
         self.links = links
         self.address = address
         self.vhost = vhost
         self.channel: Channel | None = None
-        self.backlog: deque[_Forward] = deque()     # waiting for the channel to open
-        self.outstanding: deque[_Forward] = deque()  # sent, awaiting the leader's confirm
+        self.backlog: deque[tuple] = deque()  # (batch, exchange, routing key, properties, body) until the channel opens
+        self.batches: dict[tuple, _Batch] = {}  # (exchange, routing key) -> the batch publishes join now
+        self.outstanding: set[_Batch] = set()   # batches not yet confirmed in full
+        self.in_flight = 0                      # forwards not yet confirmed
         self._opening: asyncio.Task | None = None
         self.on_drained: list[Callable[[], None]] = []  # paused publishers' queues (flow)
-
-    @property
-    def in_flight(self) -> int:
-        return len(self.backlog) + len(self.outstanding)
 
     def publish(self, routing_key: str, properties: bytes, body: bytes, exchange: str = "") -> Waiter:
         """Forward one message (to the default exchange unless told: a delayed-message exchange's
         publish goes to that exchange on the node that fires them); the waiter fires with the
-        leader's confirm (see module doc)."""
-        fwd = _Forward(self, routing_key, properties, body, Waiter(), exchange)
+        leader's confirm of it and of the others of its batch (see module doc)."""
         ch = self.channel
-        if ch is not None and ch.error is None and not self.backlog:
-            self._send(ch, fwd)
+        ready = ch is not None and ch.error is None and not self.backlog
+        gen = ch.connection.flushes if ready else -1
+        key = (exchange, routing_key)
+        batch = self.batches.get(key)
+        if batch is None or batch.gen != gen or not batch.ok:
+            batch = self.batches[key] = _Batch(self, key, gen)
+            self.outstanding.add(batch)
+        batch.pending += 1
+        self.in_flight += 1
+        if ready:
+            try:  # raw properties and body go out as they came in, framed once, by the channel
+                ch.publish(exchange, routing_key, properties, body, mandatory=True, on_confirm=batch)
+            except ClientError:
+                batch(False)
         else:
-            self.backlog.append(fwd)
+            self.backlog.append((batch, exchange, routing_key, properties, body))
             self._open()
-        return fwd.waiter
+        return batch.waiter
 
     def _open(self) -> None:
         if self._opening is None:
@@ -183,51 +206,36 @@ class Forwarder:
         self._opening = None
         self.channel = ch
         while self.backlog and ch.error is None:
-            self._send(ch, self.backlog.popleft())
+            batch, exchange, routing_key, properties, body = self.backlog.popleft()
+            try:
+                ch.publish(exchange, routing_key, properties, body, mandatory=True, on_confirm=batch)
+            except ClientError:
+                batch(False)
         if self.backlog:  # lost again while sending
             self._fail_backlog()
 
     def _fail_backlog(self) -> None:
         failed, self.backlog = self.backlog, deque()
-        for fwd in failed:
-            fwd.waiter.fire(False)
-        self._check_drained()
+        for entry in failed:
+            entry[0](False)
 
-    def _send(self, ch: Channel, fwd: _Forward) -> None:
-        """Raw properties and body go out as they came in (framed once, by the channel); the
-        channel's confirm tracking calls ``fwd`` with the outcome."""
-        try:
-            ch.publish(fwd.exchange, fwd.routing_key, fwd.properties, fwd.body, mandatory=True, on_confirm=fwd)
-        except ClientError:
-            fwd.waiter.fire(False)
-            return
-        self.outstanding.append(fwd)
-
-    def _confirmed(self, fwd: _Forward, ok: bool) -> None:
-        out = self.outstanding
-        if out and out[0] is fwd:
-            out.popleft()
-        else:
-            try:
-                out.remove(fwd)
-            except ValueError:
-                pass
-        fwd.waiter.fire(ok and not fwd.returned)
-        self._check_drained()
-
-    def _returned(self, d) -> None:
-        """basic.return of a forward (the leader has no such queue): the first outstanding
-        forward with that routing key and body is the one (returns come in publish order)."""
-        for fwd in self.outstanding:
-            if not fwd.returned and fwd.routing_key == d.routing_key and \
-                    (fwd.body is d.body or fwd.body == d.body):
-                fwd.returned = True
-                log.info("forward to queue '%s' on %s:%s returned: %s %s", d.routing_key,
-                            *self.address, d.reply_code, d.reply_text)
-                return
-
-    def _check_drained(self) -> None:
+    def _done(self, batch: _Batch) -> None:
+        self.outstanding.discard(batch)
+        if self.batches.get(batch.key) is batch:
+            del self.batches[batch.key]
+        batch.waiter.fire(batch.ok)
         if self.on_drained and self.in_flight < FLOW_LOW:
             waiting, self.on_drained = self.on_drained, []
             for fn in waiting:
                 fn()
+
+    def _returned(self, d) -> None:
+        """basic.return of a forward (the leader has no such queue). Returns come before the
+        confirm of the same publish, so the returned one is in a batch not yet confirmed in full:
+        every such batch to that routing key fails (its publishers get nacks and publish again;
+        a return is rare, and acking a returned message would lose it)."""
+        for batch in self.outstanding:
+            if batch.key == (d.exchange, d.routing_key) and batch.ok:
+                batch.ok = False
+        log.info("forward to queue '%s' on %s:%s returned: %s %s", d.routing_key, *self.address,
+                 d.reply_code, d.reply_text)

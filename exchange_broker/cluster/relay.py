@@ -164,9 +164,18 @@ class Relay(Holder):
     def _on_delivery(self, d) -> None:
         if self.dead:
             return
-        msg = relayed_message(d, self.queue)
-        self.queue.tags.add(msg, self, self.channel, d.delivery_tag)
-        self.buffer.append(msg)
+        q = self.queue
+        msg = relayed_message(d, q)
+        q.tags.entries[msg] = (self, self.channel, d.delivery_tag)  # TagMap.add, inline (per message)
+        self.outstanding += 1
+        buf = self.buffer
+        if not buf and not self.stopping:  # the usual case: straight to the local consumer
+            c = self.consumer
+            if c.active and c.can_take():
+                q.stats_delivered += 1
+                c.deliver(msg)
+                return
+        buf.append(msg)
         if not self.stopping:
             self.pump()
 

@@ -20,8 +20,9 @@ this node's links (``links.py``):
   basic.get per parked get; each answer retries the parked gets (``answer_waiting_gets``).
 * ``message_count`` is approximate: the ready count the leader gave with its last get-ok (0
   after a get-empty, 0 before any get). Placeholders do not poll the leader.
-* ``purge`` (synchronous) is refused (406); AMQP queue.purge and the admin API purge through the
-  leader (``purge_on_leader``).
+* queue.purge and queue.delete (AMQP and the admin API) are the queue type's ``purge_later`` and
+  ``delete_later``: the leader purges or deletes it, the reply waits for its answer (the
+  synchronous ``purge`` is refused, 406).
 * a message forwarded here by another node is nacked, never forwarded again (see ``enqueue``).
 
 Limits: ``consume-ok`` goes to the client before the leader answered the relay's basic.consume;
@@ -111,7 +112,9 @@ class RemoteQueue(QueueType):
             w = Waiter()
             w.fire(False)
             return w
-        fw = self.links.forwarder(self.address, self.vhost)
+        fw = self._forwarder
+        if fw is None or fw.address != self.address:
+            fw = self._forwarder = self.links.forwarder(self.address, self.vhost)
         waiter = fw.publish(self.name, msg.properties, msg.body)
         if publisher is not None and fw.in_flight > FLOW_HIGH and publisher not in self.flow_blocked:
             publisher.throttle(self)  # read again once the leader confirmed the backlog
@@ -195,9 +198,10 @@ class RemoteQueue(QueueType):
 
     led_elsewhere = True
     _leader_error = None
+    _forwarder = None  # the links' Forwarder to the leader (looked up again when it moved)
 
     def purge(self) -> list[Message]:
-        """The admin API's purge (synchronous): refused; AMQP queue.purge uses ``purge_on_leader``."""
+        """A synchronous purge: refused (queue.purge and the admin API use ``purge_later``)."""
         raise AMQPError(PRECONDITION_FAILED, f"{self.describe()} is led by node '{self.leader}': "
                         f"purge it there", 50, 30, hard=False)
 
@@ -214,7 +218,7 @@ class RemoteQueue(QueueType):
 
     def _leader_call(self, what: str, m, reply, method_id: int, answered) -> Waiter:
         """``m`` on the leader; the waiter fires True after ``answered(answer)`` ran, False (with
-        ``leader_error`` set) when the leader refused or could not be reached."""
+        ``command_error()`` says why) when the leader refused or could not be reached."""
         done = Waiter()
 
         async def run() -> None:
@@ -229,14 +233,14 @@ class RemoteQueue(QueueType):
         spawn(run())
         return done
 
-    def purge_on_leader(self, purge_ok) -> Waiter:
+    def purge_later(self, purge_ok) -> Waiter:
         """queue.purge on the leader: ``purge_ok`` gets the leader's message count."""
         def answered(answer) -> None:
             purge_ok.message_count = answer.message_count
         return self._leader_call("purging", commands.Queue.Purge(queue=self.name), commands.Queue.PurgeOk, 30,
                                  answered)
 
-    def delete_on_leader(self, delete_ok, if_unused: bool, if_empty: bool) -> Waiter:
+    def delete_later(self, delete_ok, if_unused: bool, if_empty: bool) -> Waiter:
         """queue.delete on the leader (its if-unused and if-empty checks); once it answered, the
         placeholder goes at once (the leader's definition change removes it on every node)."""
         def answered(answer) -> None:
@@ -275,7 +279,7 @@ class RemoteQueue(QueueType):
             self._leader_error = AMQPError(INTERNAL_ERROR, f"{what} {self.describe()} on its leader node "
                                            f"'{self.leader}' failed: {exc}", 50, method_id, hard=True)
 
-    def leader_error(self) -> AMQPError:
+    def command_error(self) -> AMQPError:
         return self._leader_error or AMQPError(INTERNAL_ERROR, f"{self.describe()}: its leader node failed",
                                                50, 0, hard=True)
 

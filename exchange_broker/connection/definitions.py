@@ -196,11 +196,11 @@ class DefinitionMethods:
         name = self.queue_name(m.queue, 50, 30)
         perms.check(sess, perms.READ, "queue", name)
         q = sess.vhost.get_queue(name, sess, 50, 30)
-        if q.led_elsewhere:  # a cluster: the queue's leader purges it, purge-ok waits for its count
-            ok = Q.PurgeOk(0)
-            done = q.purge_on_leader(ok)
+        ok = Q.PurgeOk(0)
+        later = q.purge_later(ok)  # the queue type's answer may come later (purge-ok waits for it)
+        if later is not None:
             if not m.nowait:
-                self.reply_when_stored([done], ok, 50, 30, q.leader_error)
+                self.reply_when_stored([later], ok, 50, 30, q.command_error)
             return
         count = sess.vhost.purge_queue(name, sess)
         if not m.nowait:
@@ -212,13 +212,14 @@ class DefinitionMethods:
         name = self.queue_name(m.queue, 50, 40)
         perms.check(sess, perms.CONFIGURE, "queue", name)
         q = sess.vhost.queues.get(name)
-        if q is not None and q.led_elsewhere:  # a cluster: the queue's leader deletes it
+        if q is not None:
             sess.vhost.get_queue(name, sess, 50, 40)  # exclusive to another connection: 405
             ok = Q.DeleteOk(0)
-            done = q.delete_on_leader(ok, m.if_unused, m.if_empty)
-            if not m.nowait:
-                self.reply_when_stored([done], ok, 50, 40, q.leader_error)
-            return
+            later = q.delete_later(ok, m.if_unused, m.if_empty)  # the queue type's answer may come later
+            if later is not None:
+                if not m.nowait:
+                    self.reply_when_stored([later], ok, 50, 40, q.command_error)
+                return
         if m.nowait:
             sess.vhost.delete_queue(name, m.if_unused, m.if_empty, sess)
             return

@@ -9,10 +9,16 @@ differently (a stream refuses basic.get, purge and nacks; it keeps no per-messag
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from exchange_broker.core.message import Message
+from exchange_broker.core.names import describe
 from exchange_broker.core.queue_args import QueueOptions
+from exchange_broker.protocol.constants import INTERNAL_ERROR
+from exchange_broker.protocol.errors import AMQPError
+
+if TYPE_CHECKING:
+    from exchange_broker.core.ports import Waiter
 
 
 def delivery_guard(queue) -> Callable[[], bool] | None:
@@ -154,9 +160,22 @@ class QueueType:
     def purge(self) -> list[Message]:
         raise NotImplementedError
 
-    # a cluster's placeholder for a queue another node leads: queue.purge and queue.delete go to the
-    # leader (``purge_on_leader(purge_ok)``, ``delete_on_leader(delete_ok, if_unused, if_empty)``
-    # return Waiters; ``leader_error()`` is the AMQP error when one fired False)
+    # -- queue.purge and queue.delete: commands every queue type answers ---------------------------
+    # None: nothing to wait for, the caller purges / deletes here and now (``VHost.purge_queue``,
+    # ``VHost.delete_queue``). A queue type whose answer comes later (a cluster's placeholder: the
+    # queue's leader purges or deletes it) returns a Waiter; the reply's ``message_count`` is set
+    # before it fires True, and ``command_error()`` is the AMQP error when it fires False.
+    def purge_later(self, purge_ok) -> "Waiter | None":
+        return None
+
+    def delete_later(self, delete_ok, if_unused: bool, if_empty: bool) -> "Waiter | None":
+        return None
+
+    def command_error(self) -> AMQPError:
+        return AMQPError(INTERNAL_ERROR, f"{describe('queue', self.name, self.vhost)}: the command failed",
+                         50, 0, hard=True)
+
+    # a cluster's placeholder for a queue another node leads (the admin API shows the leader's figures)
     led_elsewhere = False
 
     # -- lifecycle ------------------------------------------------------------------------------------

@@ -125,41 +125,26 @@ def delete_queue(ctx: AdminContext, vhost: str, name: str, if_empty: bool = Fals
         raise from_amqp(err) from None
 
 
-def purge_queue(ctx: AdminContext, vhost: str, name: str, who: Principal | None = None) -> int:
+async def purge_queue(ctx: AdminContext, vhost: str, name: str, who: Principal | None = None) -> None:
+    """Purge through any node: the queue type's ``purge_later`` answers later when another party
+    purges it (a cluster's placeholder: the queue's leader, over this node's link to it)."""
     vh = find_vhost(ctx.broker, vhost)
     check_resource(ctx.broker, who, vhost, READ, "queue", name)
     q = vh.queues.get(name)
     if q is None:
         raise not_found()
-    if q.led_elsewhere:
-        raise LedElsewhere(q)
-    try:
-        return vh.purge_queue(name, owner=q.exclusive_owner)
-    except AMQPError as err:
-        raise from_amqp(err, refused_is_auth=False) from None
-
-
-class LedElsewhere(Exception):
-    """The queue is led by another node of the cluster: purge it there (``purge_on_leader``)."""
-
-    def __init__(self, q) -> None:
-        super().__init__(q.name)
-        self.queue = q
-
-
-async def purge_anywhere(ctx: AdminContext, vhost: str, name: str, who: Principal | None = None) -> None:
-    """Purge through any node: a queue another node leads is purged by its leader (queue.purge
-    over this node's link to it)."""
-    try:
-        purge_queue(ctx, vhost, name, who)
-        return
-    except LedElsewhere as led:
-        q = led.queue
     answer = type("PurgeOk", (), {"message_count": 0})()
+    later = q.purge_later(answer)
+    if later is None:
+        try:
+            vh.purge_queue(name, owner=q.exclusive_owner)
+        except AMQPError as err:
+            raise from_amqp(err, refused_is_auth=False) from None
+        return
     done = asyncio.get_running_loop().create_future()
-    q.purge_on_leader(answer).add(lambda _arg, ok: done.done() or done.set_result(ok), None)
+    later.add(lambda _arg, ok: done.done() or done.set_result(ok), None)
     if not await done:
-        raise from_amqp(q.leader_error(), refused_is_auth=False)
+        raise from_amqp(q.command_error(), refused_is_auth=False)
 
 
 # ---- routes ------------------------------------------------------------------------------------
@@ -196,5 +181,5 @@ async def queue_delete(vhost: str, name: str, request: Request, who: Principal =
 
 @router.delete("/api/queues/{vhost}/{name}/contents", status_code=204, summary="Purge a queue")
 async def queue_purge(vhost: str, name: str, who: Principal = Who, ctx: AdminContext = Ctx):
-    await purge_anywhere(ctx, u(vhost), u(name), who)
+    await purge_queue(ctx, u(vhost), u(name), who)
     return no_content()

@@ -100,10 +100,31 @@ def publish_method(channel: int, exchange_sh: bytes, routing_key_sh: bytes, mand
     return _PUBLISH_HEAD.pack(FRAME_METHOD, channel, 6 + len(args), 60, 40, 0) + args + FRAME_END_BYTE
 
 
+_PUBLISH_PACKERS: dict[tuple[int, int, int], struct.Struct] = {}
+
+
+def _publish_packer(a: int, b: int, d: int) -> struct.Struct:
+    """basic.publish, content header and body frame header in one Struct, for an exchange and
+    routing key (encoded short strings) of a and b bytes and properties of d."""
+    if len(_PUBLISH_PACKERS) >= 1024:
+        _PUBLISH_PACKERS.clear()
+    packer = _PUBLISH_PACKERS[(a, b, d)] = struct.Struct(f">BHIHHH{a}s{b}sBBBHIHHQ{d}sBBHI")
+    return packer
+
+
 def publish_frames(channel: int, exchange_sh: bytes, routing_key_sh: bytes, mandatory: bool,
                    properties: bytes, body: bytes, frame_max: int) -> list[bytes]:
     """basic.publish + content header + body frames, the properties as raw content-header bytes
-    (property flags, then the values)."""
+    (property flags, then the values). The usual case (one body frame) is one pack and the body
+    as it is: the body is not copied before the write."""
+    size = len(body)
+    if 0 < size <= frame_max - 8:
+        a, b, d = len(exchange_sh), len(routing_key_sh), len(properties)
+        packer = _PUBLISH_PACKERS.get((a, b, d)) or _publish_packer(a, b, d)
+        return [packer.pack(FRAME_METHOD, channel, 7 + a + b, 60, 40, 0, exchange_sh, routing_key_sh,
+                            1 if mandatory else 0, FRAME_END, FRAME_HEADER, channel, 12 + d, 60, 0, size,
+                            properties, FRAME_END, FRAME_BODY, channel, size),
+                body, FRAME_END_BYTE]
     return [publish_method(channel, exchange_sh, routing_key_sh, mandatory)] + \
         content_frames(channel, 60, properties, body, frame_max)
 

@@ -30,8 +30,11 @@ def test_publish_with_confirms_then_consume_prefetch_and_ack(broker):
         await ch.confirm_select()
         futs = [ch.publish("", queue, PERSISTENT, b"m%d" % i) for i in range(150)]
         confirmed: list = []
+
+        def on_confirm(ok: bool, count: int) -> None:  # called for a run of publishes at a time
+            confirmed.extend([ok] * count)
         for i in range(150, 300):  # confirms as callbacks (no future): what a forwarder uses
-            assert ch.publish("", queue, PERSISTENT, b"m%d" % i, on_confirm=confirmed.append) is None
+            assert ch.publish("", queue, PERSISTENT, b"m%d" % i, on_confirm=on_confirm) is None
         assert await asyncio.gather(*futs) == [True] * 150
         while len(confirmed) < 150:
             await asyncio.sleep(0.01)
@@ -65,6 +68,41 @@ def test_publish_with_confirms_then_consume_prefetch_and_ack(broker):
         await ch.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
         await link.close()
         assert link.error is not None
+    run(scenario())
+
+
+def test_publishes_given_one_on_confirm_are_one_run_settled_by_count(broker):
+    """Publishes in a row with one ``on_confirm`` are tracked as one run: a multiple ack settles
+    what it covers in one call; single acks, in any order, split the run. (The broker's own
+    confirms come in order; the out-of-order ones are fed to the channel before they arrive, and
+    the broker's later ones for the same tags then find nothing left.)"""
+    queue = uniq("runs")
+
+    async def scenario():
+        link = await Connection.open("127.0.0.1", broker.port, "guest", "guest", name="test link")
+        ch = await link.channel()
+        await ch.call(commands.Queue.Declare(queue=queue, auto_delete=True), commands.Queue.DeclareOk)
+        await ch.confirm_select()
+        got: list = []
+
+        def on_confirm(ok: bool, count: int) -> None:
+            got.append((ok, count))
+        for _ in range(10):  # tags 1..10: one run
+            assert ch.publish("", queue, b"\x00\x00", b"x", on_confirm=on_confirm) is None
+        fut = ch.publish("", queue, b"\x00\x00", b"y")  # tag 11: a future of its own
+        ch._confirm(5, False, True)    # inside the run: split into 1..4 and 6..10
+        ch._confirm(1, False, False)   # the first of a run
+        ch._confirm(10, False, True)   # the last of a run
+        ch._confirm(3, True, True)     # multiple: 2 and 3 (1 went already), 4 stays
+        assert got == [(True, 1), (False, 1), (True, 1), (True, 2)]
+        ch._confirm(11, True, True)    # the rest: 4, then 6..9, then the future
+        assert got[4:] == [(True, 1), (True, 4)]
+        assert fut.done() and fut.result() is True
+        assert not ch._unconfirmed
+        await ch.call(commands.Queue.Declare(queue=queue, passive=True), commands.Queue.DeclareOk)
+        assert len(got) == 6  # the broker's own confirms of tags 1..11 settled nothing twice
+        await link.close()
+
     run(scenario())
 
 
@@ -106,7 +144,8 @@ def test_channel_error_fails_that_channel_only_and_returns_reach_on_return(broke
         await bad.confirm_select()
         fut = bad.publish("no-such-exchange", "k", b"\x00\x00", b"x")
         outcomes: list = []
-        assert bad.publish("no-such-exchange", "k", b"\x00\x00", b"y", on_confirm=outcomes.append) is None
+        assert bad.publish("no-such-exchange", "k", b"\x00\x00", b"y",
+                           on_confirm=lambda ok, count: outcomes.extend([ok] * count)) is None
         with pytest.raises(ClientError) as err:
             await fut
         assert err.value.code == 404

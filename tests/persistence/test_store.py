@@ -241,6 +241,17 @@ def test_write_batch_removes_in_runs_gaps_and_scattered(store: SqlStore):
     assert seqs(store, qid) == [51, *range(102, 150, 2), *range(152, 201)]
 
 
+def test_write_batch_removes_many_of_a_queue_in_one_statement(store: SqlStore):
+    """Enough removes of one queue go as one DELETE per queue (PostgreSQL: seq = ANY(array), one
+    statement text whatever their count; SQLite: seq IN (...)); other queues are untouched."""
+    qid, other = new_queue(store), new_queue(store, "other")
+    store.write_batch([msg(qid, s) for s in range(1, 21)] + [msg(other, s) for s in range(1, 6)], [], {})
+    store.write_batch([], [(qid, s) for s in (2, 3, 4, 5, 9, 999)], {})
+    store.write_batch([], [(qid, s) for s in range(10, 20)] + [(other, 1)], {})
+    assert seqs(store, qid) == [1, 6, 7, 8, 20]
+    assert seqs(store, other) == [2, 3, 4, 5]
+
+
 def test_write_batch_append_and_remove_in_one_batch_cancel(store: SqlStore):
     qid = new_queue(store)
     store.write_batch([msg(qid, 1), msg(qid, 2)], [(qid, 1)], {})

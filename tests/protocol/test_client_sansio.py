@@ -116,6 +116,19 @@ def test_publish_and_ack_frames_decode_with_pamqp():
     assert (nack.delivery_tag, nack.multiple, nack.requeue) == (13, False, False)
 
 
+def test_small_and_empty_publishes_decode_with_pamqp():
+    """The usual publish (one body frame) is packed in one piece, the body passed as it is; an
+    empty body has no body frame. pamqp reads both as the same frames."""
+    c = opened_client()
+    props = codec.encode_properties({"delivery_mode": 2, "headers": {"k": "v"}})
+    c.publish(5, "", "queue-\u00e9", props, b"hello", mandatory=True)
+    c.publish(5, "amq.direct", "k", props, b"", mandatory=False)
+    (ch, pub), (_, head), (_, body), (_, pub2), (_, head2) = unmarshal_all(c.data_to_send())
+    assert (ch, pub.exchange, pub.routing_key, pub.mandatory) == (5, "", "queue-\u00e9", True)
+    assert head.body_size == 5 and head.properties.headers == {"k": "v"} and body.value == b"hello"
+    assert (pub2.exchange, pub2.routing_key, pub2.mandatory, head2.body_size) == ("amq.direct", "k", False, 0)
+
+
 def test_server_close_is_answered_and_reported():
     c = opened_client()
     events = c.receive_data(marshal(0, commands.Connection.Close(320, "CONNECTION_FORCED - bye", 0, 0)))
