@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -95,6 +96,7 @@ def main() -> int:
     conn.close()
     holder["loop"].call_soon_threadsafe(holder["stop"].set)
     thread.join(30)
+    shutil.rmtree(data, ignore_errors=True)
 
     by_thread: dict[int, list] = {}
     for ident, path, name in calls:
