@@ -146,7 +146,9 @@ KILLED_DRIVER = textwrap.dedent("""
     from spark_integration import register
     url, tmp = sys.argv[1:3]
     queues = sys.argv[3:]
+    # its scratch space inside the test's directory: a SIGKILLed JVM cannot remove its blockmgr-*
     spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+             .config("spark.local.dir", f"{tmp}/spark-local")
              .config("spark.sql.shuffle.partitions", "1").getOrCreate())
     register(spark)
     for name, queue in zip(("plain", "dedupe"), queues):

@@ -141,7 +141,9 @@ KILLED_QUERY = textwrap.dedent("""
     from pyspark.sql.types import BinaryType
     from spark_integration import register
     url, queue, out, ck = sys.argv[1:5]
+    # its scratch space inside the test's directory: a SIGKILLed JVM cannot remove its blockmgr-*
     spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+             .config("spark.local.dir", os.path.join(os.path.dirname(ck), "spark-local"))
              .config("spark.sql.shuffle.partitions", "1").getOrCreate())
     register(spark)
     slow = F.udf(lambda b: (time.sleep(0.05), b)[1], BinaryType())
