@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import json
 from urllib.parse import quote
+
+from exchange_broker.management.peer_http import peer_request
 
 LOCAL = "x-exchange-broker-leader-figures"  # set on the requests a node sends to a queue's leader
 TIMEOUT = 3.0
@@ -98,17 +99,7 @@ def _unknown(rows: list[dict], why: str) -> None:
 
 
 def _get(address: str, path: str, auth: str | None):
-    host, _, port = address.rpartition(":")
-    conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=TIMEOUT)
-    try:
-        headers = {LOCAL: "1", "Accept": "application/json"}
-        if auth:
-            headers["Authorization"] = auth
-        conn.request("GET", path, headers=headers)
-        reply = conn.getresponse()
-        data = reply.read()
-        if reply.status != 200:
-            raise ValueError(f"HTTP {reply.status} from {address}{path}")
-        return json.loads(data)
-    finally:
-        conn.close()
+    status, body = peer_request("GET", address, path, auth, LOCAL, TIMEOUT)
+    if status != 200:
+        raise ValueError(f"HTTP {status} from {address}{path}")
+    return body

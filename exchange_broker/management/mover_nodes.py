@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import json
 import logging
+
+from exchange_broker.management.peer_http import peer_request
 
 log = logging.getLogger("exchange_broker.management")
 
@@ -86,15 +87,4 @@ async def elsewhere(ctx, request, method: str, path: str) -> tuple[int, object] 
 
 
 def _request(method: str, address: str, path: str, auth: str | None) -> tuple[int, object]:
-    host, _, port = address.rpartition(":")
-    conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=TIMEOUT)
-    try:
-        headers = {LOCAL: "1", "Accept": "application/json"}
-        if auth:
-            headers["Authorization"] = auth
-        conn.request(method, path, headers=headers)
-        reply = conn.getresponse()
-        data = reply.read()
-        return reply.status, (json.loads(data) if data else None)
-    finally:
-        conn.close()
+    return peer_request(method, address, path, auth, LOCAL, TIMEOUT)

@@ -29,6 +29,7 @@ SHA256 = "23c185a4b241c60223e8a800472d674f3d8e8fc5688bf99abe6ccdfd55e64aeb"
 JAVA = Path("/usr/share/java")
 CLASSPATH = [JAVA / n for n in ("amqp-client.jar", "junit4.jar", "hamcrest-all.jar", "slf4j-api.jar", "slf4j-nop.jar")]
 RUNNER = Path(__file__).parent / "clients" / "java" / "SuiteRunner.java"
+SUITE_PORT = 5672  # ConnectionFactory's default, which the suite uses: bound only inside unshare -n
 
 # FunctionalTests' classes in its order, less ConnectionRecovery and Metrics (see above)
 CLASSES = """ConnectionOpen Heartbeat Tables DoubleDeletion Routing BindingLifecycle Recover Reject
@@ -45,10 +46,12 @@ FAILS_ON_RABBITMQ_TOO = {"declareQueueWithInvalidDeadLetterRoutingKeyArg(com.rab
 SCRIPT = """
 set -e
 ip link set lo up
-"$PYTHON" -m exchange_broker serve --port 5672 --admin-port 15672 --data-dir "$DATA" > "$DATA/broker.log" 2>&1 &
+# the suite's hard-coded port, free here: this namespace has its own loopback, not the host's
+# (where a RabbitMQ listens on it); the admin API is off
+"$PYTHON" -m exchange_broker serve --port "$SUITE_PORT" --admin-port 0 --data-dir "$DATA" > "$DATA/broker.log" 2>&1 &
 broker=$!
 trap 'kill $broker; wait $broker' EXIT
-for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/5672) 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do (echo > "/dev/tcp/127.0.0.1/$SUITE_PORT") 2>/dev/null && break; sleep 0.1; done
 java -cp "$CP" SuiteRunner "$@"
 """
 
@@ -88,7 +91,7 @@ def test_rabbitmq_java_client_functional_suite(tmp_path):
     assert compiled.returncode == 0, compiled.stderr[-3000:]
     data = tmp_path / "data"
     data.mkdir()
-    env = {**os.environ, "PYTHON": sys.executable, "DATA": str(data),
+    env = {**os.environ, "PYTHON": sys.executable, "DATA": str(data), "SUITE_PORT": str(SUITE_PORT),
            "CP": os.pathsep.join([str(classes), *map(str, CLASSPATH)]),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(["unshare", "-n", "bash", "-c", SCRIPT, "suite",
