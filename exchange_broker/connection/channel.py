@@ -28,7 +28,7 @@ from exchange_broker.core.queue import delivery_guard
 from exchange_broker.core.queue_args import amqp_type
 from exchange_broker.core.reply_to import PSEUDO_QUEUE
 from exchange_broker.protocol import codec
-from exchange_broker.protocol.codec import SHORT_STRINGS
+from exchange_broker.protocol.codec import SHORT_STRINGS, deliver_frames
 from exchange_broker.protocol.connection import TooLarge
 from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, NOT_ALLOWED,
                                                 NOT_IMPLEMENTED, PRECONDITION_FAILED)
@@ -137,6 +137,53 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
             if not sess.dirty:
                 sess.mark_dirty()
         return tag
+
+    def run_sink(self, consumer: Consumer):
+        """``deliver_run(msgs)`` for a no-ack consumer: ``_deliver`` for each of a queue's run of
+        messages, with the lookups done once (per-message tracing takes ``_deliver``)."""
+        return partial(self._deliver_run, consumer)
+
+    def _deliver_run(self, consumer: Consumer, msgs: list) -> None:
+        sess = self.session
+        if sess.vhost.tracing:
+            for msg in msgs:
+                self._deliver(consumer, msg)
+            return
+        conn = sess.conn
+        number, tag_sh, frame_max = self.number, consumer.tag_sh, conn.frame_max
+        q = msgs[0].queue
+        settle = q.settle
+        tag = self.next_tag
+        parts: list[bytes] = []
+        exchange = key = None
+        size = redelivered = 0
+        for msg in msgs:
+            if msg.exchange is not exchange:
+                exchange = msg.exchange
+                exchange_sh = SHORT_STRINGS.get(exchange) or codec.short_cached(exchange)
+            if msg.routing_key is not key:
+                key = msg.routing_key
+                key_sh = SHORT_STRINGS.get(key) or codec.short_cached(key)
+            body = msg.body
+            parts += deliver_frames(number, tag_sh, tag, msg.redelivered, exchange_sh, key_sh,
+                                    msg.properties, body, frame_max)
+            tag += 1
+            size += len(body)
+            if msg.redelivered:
+                redelivered += 1
+            settle(msg)
+        conn.send_parts(parts)
+        n = len(msgs)
+        self.next_tag = tag
+        self.stats_delivered += n
+        sess.broker.stats["deliver"] += n
+        q.stats_redeliver += redelivered
+        q.stats_deliver_no_ack += n
+        sess.out_pending += size + 96 * n
+        if sess.out_pending > OUTPUT_BUDGET:
+            sess.writable = False  # resumes after the next flush
+        if not sess.dirty:
+            sess.mark_dirty()
 
     def _track_get(self, tag: int, msg: Message, no_ack: bool) -> None:
         """After a get-ok: settle it, or await its ack (no consumer's prefetch counts it).

@@ -9,7 +9,7 @@ from exchange_broker.protocol import codec
 
 class Consumer:
     __slots__ = ("tag", "tag_sh", "channel", "queue", "no_ack", "exclusive", "prefetch", "unacked",
-                 "arguments", "priority", "active", "deliver", "guard")
+                 "arguments", "priority", "active", "deliver", "deliver_run", "guard")
 
     def __init__(self, tag: str, channel, queue, no_ack: bool, exclusive: bool,
                  prefetch: int, arguments: dict) -> None:
@@ -27,6 +27,7 @@ class Consumer:
         self.active = True
         # deliver(msg) -> delivery tag: the channel's one delivery routine, bound to this consumer
         self.deliver = channel.delivery_sink(self)
+        self.deliver_run = channel.run_sink(self) if no_ack else None
         self.guard = delivery_guard(queue)  # a cluster node that may no longer lead the queue: False
 
 

@@ -67,6 +67,10 @@ class Consumer(Protocol):
     def deliver(self, msg) -> int:
         """Send ``msg``; returns its delivery tag."""
 
+    deliver_run: "Callable[[list], None] | None"
+    """Send several messages of one queue at once, each settled as it leaves (a no-ack consumer
+    that ``can_take``; its output budget is checked again after the run); None: one at a time."""
+
     def queue_deleted(self) -> None:
         """The queue is gone: forget the consumer and tell the client (basic.cancel)."""
 

@@ -83,6 +83,7 @@ class MQTTConsumer:
     __slots__ = ("tag", "session", "queue", "qos", "no_ack", "exclusive", "arguments", "priority",
                  "active", "unacked", "outstanding", "older", "guard")
     channel = None  # no AMQP channel (the admin API shows the connection)
+    deliver_run = None  # one message at a time
 
     def __init__(self, session, queue, qos: int) -> None:
         self.tag = f"mqtt-{session.client_id}-{queue.name}"

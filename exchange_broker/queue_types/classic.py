@@ -18,10 +18,12 @@ from exchange_broker.core.queue import QueueType
 from exchange_broker.core.queue_args import QueueOptions, parse_queue_arguments
 from exchange_broker.protocol.constants import PRECONDITION_FAILED
 from exchange_broker.protocol.errors import AMQPError
-from exchange_broker.queue_types.dedup import deduplication_key
+from exchange_broker.queue_types.dedup import deduplication_key, is_duplicate, remember
 from exchange_broker.queue_types.ready import PriorityReady, ReadyDeque
 
 DEDUP_DEFAULT_SIZE = 100_000
+RUN_COUNT = 64          # messages handed to a no-ack consumer in one call at most
+RUN_BYTES = 64 * 1024   # ... and bodies' bytes (the connection's output budget is checked per run)
 
 
 class ClassicQueue(QueueType):
@@ -105,7 +107,7 @@ class ClassicQueue(QueueType):
         (``msg.rejected`` tells whether the publisher must be nacked)."""
         opts = self.options
         dedup_key = deduplication_key(msg) if self.dedup is not None else None
-        if dedup_key is not None and self._duplicate(dedup_key):
+        if dedup_key is not None and is_duplicate(self.dedup, dedup_key, self.broker.now_ms()):
             return False
         ttl = opts.message_ttl
         if per_message_ttl is not None:
@@ -123,21 +125,9 @@ class ClassicQueue(QueueType):
                     self.broker.dead_letter(self, msg, "maxlen", settle=False)
                 return False  # refused: not remembered, so the producer's retry is not a duplicate
         if dedup_key is not None:
-            self._remember(dedup_key)
+            remember(self.dedup, dedup_key, self.broker.now_ms(), self.options.dedup_cache_ttl,
+                     self.options.dedup_cache_size or DEDUP_DEFAULT_SIZE)
         return True
-
-    def _duplicate(self, key) -> bool:
-        expiry = self.dedup.get(key)
-        return expiry is not None and (expiry == 0 or expiry > self.broker.now_ms())
-
-    def _remember(self, key) -> None:
-        cache = self.dedup
-        ttl = self.options.dedup_cache_ttl
-        cache[key] = self.broker.now_ms() + ttl if ttl else 0
-        cache.move_to_end(key)
-        limit = self.options.dedup_cache_size or DEDUP_DEFAULT_SIZE
-        while len(cache) > limit:
-            cache.popitem(last=False)
 
     # -- enqueue / requeue -----------------------------------------------------------------------
     def push(self, msg: Message) -> None:
@@ -437,6 +427,9 @@ class ClassicQueue(QueueType):
                     c = consumers[0]
                     if not c.can_take():
                         break
+                    if not self.has_ttl and c.deliver_run is not None:  # a run at once (no-ack)
+                        self._deliver_run(c, ready)
+                        continue
                 else:
                     c = self._pick()
                     if c is None:
@@ -456,6 +449,21 @@ class ClassicQueue(QueueType):
                 self.release_publishers()
         if self.has_ttl:
             self._arm_expiry()
+
+    def _deliver_run(self, c: Consumer, ready) -> None:
+        """Up to RUN_COUNT ready messages (RUN_BYTES of bodies) to a consumer that takes runs."""
+        run = []
+        size = 0
+        popleft = ready.popleft
+        for _ in range(min(len(ready), RUN_COUNT)):
+            msg = popleft()
+            run.append(msg)
+            size += len(msg.body)
+            if size >= RUN_BYTES:
+                break
+        self.bytes -= size
+        self.stats_delivered += len(run)
+        c.deliver_run(run)
 
     def congested(self) -> bool:
         """Backed up because consumers' connections cannot take more (not because of prefetch)."""

@@ -70,6 +70,7 @@ class PartitionReader:
     """One member's subscription to one partition (a consumer of the partition's stream)."""
 
     __slots__ = ("member", "group", "number", "queue", "arguments", "active", "share", "reader")
+    deliver_run = None  # one message at a time
 
     def __init__(self, member, group, number: int, queue, arguments: dict) -> None:
         self.member = member          # the member's own Consumer (connection/consumer.py)

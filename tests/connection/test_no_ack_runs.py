@@ -1,0 +1,74 @@
+"""A queue hands a no-ack consumer its ready messages in runs (``Consumer.deliver_run``), sans-IO:
+the client sees what one-at-a-time delivery gave it (tags in order, every message once, the
+connection's output budget kept), and the queue's and channel's counters agree."""
+
+from __future__ import annotations
+
+import pytest
+from sansio import B, Q, SansIOClient
+
+from exchange_broker.assembly import make_broker
+from exchange_broker.connection.channel import OUTPUT_BUDGET
+from exchange_broker.core.clock import ManualClock
+from exchange_broker.queue_types.classic import RUN_BYTES, RUN_COUNT
+
+
+@pytest.fixture
+def client():
+    clock = ManualClock()
+    return SansIOClient(make_broker(clock=clock), clock)
+
+
+def test_a_backlog_goes_out_in_order_with_consecutive_tags(client):
+    client.call(Q.Declare(queue="q"))
+    count = RUN_COUNT * 3 + 7
+    for i in range(count):
+        client.publish("q", str(i).encode(), exchange="")
+    client.call(B.Consume(queue="q", consumer_tag="c", no_ack=True))
+    client.take()
+    got = [d for d in client.deliveries if d.method.consumer_tag == "c"]
+    assert [d.body for d in got] == [str(i).encode() for i in range(count)]
+    assert [d.method.delivery_tag for d in got] == list(range(1, count + 1))
+    assert all(d.method.routing_key == "q" and d.method.exchange == "" for d in got)
+    q = client.broker.vhosts["/"].queues["q"]
+    assert q.message_count == 0 and q.bytes == 0
+    assert q.stats_delivered == count and q.stats_deliver_no_ack == count
+    channel = client.session.channels[1]
+    assert channel.stats_delivered == count and not channel.unacked
+
+
+def test_large_messages_wait_for_the_flush_once_the_output_budget_is_full(client):
+    body = b"x" * (100 * 1024)
+    client.call(Q.Declare(queue="big"))
+    for _ in range(40):
+        client.publish("big", body)
+    client.send(B.Consume(queue="big", consumer_tag="c", no_ack=True))
+    # before the event-loop turn ends (nothing flushed yet), the budget holds the deliveries back
+    channel = client.session.channels[1]
+    first_turn = channel.stats_delivered
+    assert 1 <= first_turn <= (OUTPUT_BUDGET + RUN_BYTES) // len(body) + 1
+    assert client.session.writable is False
+    for _ in range(40):
+        client.take()
+        if len(client.deliveries) == 40:
+            break
+    assert [d.method.delivery_tag for d in client.deliveries] == list(range(1, 41))
+    assert all(d.body == body for d in client.deliveries)
+    assert client.broker.vhosts["/"].queues["big"].message_count == 0
+
+
+def test_redelivered_messages_keep_their_flag_in_a_run(client):
+    client.call(Q.Declare(queue="r"))
+    for i in range(5):
+        client.publish("r", bytes([65 + i]))
+    client.call(B.Consume(queue="r", consumer_tag="acking", no_ack=False))
+    client.take()
+    client.call(B.Cancel(consumer_tag="acking"))
+    client.call(B.Recover(requeue=True))  # nothing unacked is lost: back to the queue, redelivered
+    client.deliveries.clear()
+    client.call(B.Consume(queue="r", consumer_tag="c", no_ack=True))
+    client.take()
+    got = [d for d in client.deliveries if d.method.consumer_tag == "c"]
+    assert [d.body for d in got] == [b"A", b"B", b"C", b"D", b"E"]
+    assert all(d.method.redelivered for d in got)
+    assert client.broker.vhosts["/"].queues["r"].stats_redeliver == 5
