@@ -139,8 +139,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         return tag
 
     def run_sink(self, consumer: Consumer):
-        """``deliver_run(msgs)`` for a no-ack consumer: ``_deliver`` for each of a queue's run of
-        messages, with the lookups done once (per-message tracing takes ``_deliver``)."""
+        """``deliver_run(msgs)``: ``_deliver`` for each of a queue's run of messages, the lookups
+        and counters done once (per-message tracing takes ``_deliver``)."""
         return partial(self._deliver_run, consumer)
 
     def _deliver_run(self, consumer: Consumer, msgs: list) -> None:
@@ -152,7 +152,10 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         conn = sess.conn
         number, tag_sh, frame_max = self.number, consumer.tag_sh, conn.frame_max
         q = msgs[0].queue
+        no_ack = consumer.no_ack
         settle = q.settle
+        unacked = self.unacked
+        now = None if no_ack else sess.broker.clock.time()  # the consumer timeout's start
         tag = self.next_tag
         parts: list[bytes] = []
         exchange = key = None
@@ -167,18 +170,30 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
             body = msg.body
             parts += deliver_frames(number, tag_sh, tag, msg.redelivered, exchange_sh, key_sh,
                                     msg.properties, body, frame_max)
-            tag += 1
             size += len(body)
             if msg.redelivered:
                 redelivered += 1
-            settle(msg)
+            if no_ack:  # settled as it leaves
+                settle(msg)
+            else:
+                msg.delivered_at = now
+                unacked[tag] = (msg, consumer)
+                if msg.stored:
+                    q.delivered(msg)
+            tag += 1
         conn.send_parts(parts)
         n = len(msgs)
         self.next_tag = tag
         self.stats_delivered += n
         sess.broker.stats["deliver"] += n
         q.stats_redeliver += redelivered
-        q.stats_deliver_no_ack += n
+        if consumer.no_ack:
+            q.stats_deliver_no_ack += n
+        else:  # they await their acks
+            q.stats_deliver += n
+            q.unacked += n
+            consumer.unacked += n
+            self.global_unacked += n
         sess.out_pending += size + 96 * n
         if sess.out_pending > OUTPUT_BUDGET:
             sess.writable = False  # resumes after the next flush

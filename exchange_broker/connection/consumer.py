@@ -6,6 +6,8 @@ from __future__ import annotations
 from exchange_broker.core.queue import delivery_guard
 from exchange_broker.protocol import codec
 
+UNLIMITED = 1 << 30
+
 
 class Consumer:
     __slots__ = ("tag", "tag_sh", "channel", "queue", "no_ack", "exclusive", "prefetch", "unacked",
@@ -27,7 +29,7 @@ class Consumer:
         self.active = True
         # deliver(msg) -> delivery tag: the channel's one delivery routine, bound to this consumer
         self.deliver = channel.delivery_sink(self)
-        self.deliver_run = channel.run_sink(self) if no_ack else None
+        self.deliver_run = channel.run_sink(self)
         self.guard = delivery_guard(queue)  # a cluster node that may no longer lead the queue: False
 
 
@@ -45,6 +47,17 @@ class Consumer:
         if self.no_ack:
             return True
         return not (self.prefetch and self.unacked >= self.prefetch)
+
+    def room(self) -> int:
+        """After ``can_take``: how many messages it may take now, counted (its prefetch's and its
+        channel's limit left; no-ack deliveries count against neither)."""
+        if self.no_ack:
+            return UNLIMITED
+        ch = self.channel
+        room = self.prefetch - self.unacked if self.prefetch else UNLIMITED
+        if ch.global_prefetch:
+            room = min(room, ch.global_prefetch - ch.global_unacked)
+        return room
 
     def blocked_by_socket(self) -> bool:
         """The client's connection cannot take more output (not a prefetch limit)."""

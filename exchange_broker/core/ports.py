@@ -68,8 +68,11 @@ class Consumer(Protocol):
         """Send ``msg``; returns its delivery tag."""
 
     deliver_run: "Callable[[list], None] | None"
-    """Send several messages of one queue at once, each settled as it leaves (a no-ack consumer
-    that ``can_take``; its output budget is checked again after the run); None: one at a time."""
+    """Send several messages of one queue at once (no more than ``room()`` after ``can_take``
+    said yes; its output budget is checked again after the run); None: one at a time."""
+
+    def room(self) -> int:
+        """How many messages it may take now (``deliver_run`` consumers only)."""
 
     def queue_deleted(self) -> None:
         """The queue is gone: forget the consumer and tell the client (basic.cancel)."""

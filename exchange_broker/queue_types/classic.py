@@ -22,7 +22,7 @@ from exchange_broker.queue_types.dedup import deduplication_key, is_duplicate, r
 from exchange_broker.queue_types.ready import PriorityReady, ReadyDeque
 
 DEDUP_DEFAULT_SIZE = 100_000
-RUN_COUNT = 64          # messages handed to a no-ack consumer in one call at most
+RUN_COUNT = 64          # messages handed to a consumer in one call at most
 RUN_BYTES = 64 * 1024   # ... and bodies' bytes (the connection's output budget is checked per run)
 
 
@@ -427,7 +427,7 @@ class ClassicQueue(QueueType):
                     c = consumers[0]
                     if not c.can_take():
                         break
-                    if not self.has_ttl and c.deliver_run is not None:  # a run at once (no-ack)
+                    if not self.has_ttl and c.deliver_run is not None:  # a run at once
                         self._deliver_run(c, ready)
                         continue
                 else:
@@ -455,7 +455,7 @@ class ClassicQueue(QueueType):
         run = []
         size = 0
         popleft = ready.popleft
-        for _ in range(min(len(ready), RUN_COUNT)):
+        for _ in range(min(len(ready), RUN_COUNT, c.room())):
             msg = popleft()
             run.append(msg)
             size += len(msg.body)

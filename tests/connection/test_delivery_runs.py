@@ -1,6 +1,7 @@
-"""A queue hands a no-ack consumer its ready messages in runs (``Consumer.deliver_run``), sans-IO:
-the client sees what one-at-a-time delivery gave it (tags in order, every message once, the
-connection's output budget kept), and the queue's and channel's counters agree."""
+"""A queue hands a consumer its ready messages in runs (``Consumer.deliver_run``), sans-IO: the
+client sees what one-at-a-time delivery gave it (tags in order, every message once, the
+connection's output budget, the consumer's prefetch and the channel's global limit kept), and the
+queue's, consumer's and channel's counters agree."""
 
 from __future__ import annotations
 
@@ -72,3 +73,37 @@ def test_redelivered_messages_keep_their_flag_in_a_run(client):
     assert [d.body for d in got] == [b"A", b"B", b"C", b"D", b"E"]
     assert all(d.method.redelivered for d in got)
     assert client.broker.vhosts["/"].queues["r"].stats_redeliver == 5
+
+
+def test_a_consumer_with_a_prefetch_gets_no_more_than_its_prefetch(client):
+    client.call(Q.Declare(queue="p"))
+    for i in range(150):
+        client.publish("p", str(i).encode())
+    client.call(B.Qos(prefetch_count=70))
+    client.call(B.Consume(queue="p", consumer_tag="c", no_ack=False))
+    client.take()
+    assert [d.method.delivery_tag for d in client.deliveries] == list(range(1, 71))
+    q = client.broker.vhosts["/"].queues["p"]
+    channel = client.session.channels[1]
+    assert q.unacked == 70 and channel.consumers["c"].unacked == 70 and len(channel.unacked) == 70
+    assert q.message_count == 80 and q.stats_deliver == 70
+    client.send(B.Ack(delivery_tag=30, multiple=True))  # 30 settled: 30 more may go
+    client.take()
+    assert [d.method.delivery_tag for d in client.deliveries] == list(range(1, 101))
+    assert [d.body for d in client.deliveries] == [str(i).encode() for i in range(100)]
+    assert q.unacked == 70 and q.message_count == 50
+
+
+def test_the_channels_global_limit_holds_a_run_too(client):
+    client.call(Q.Declare(queue="g"))
+    for i in range(100):
+        client.publish("g", str(i).encode())
+    client.call(B.Qos(prefetch_count=25, global_=True))
+    client.call(B.Consume(queue="g", consumer_tag="c", no_ack=False))
+    client.take()
+    assert len(client.deliveries) == 25 and client.session.channels[1].global_unacked == 25
+    client.send(B.Nack(delivery_tag=25, multiple=True, requeue=True))  # back, in their places
+    client.take()
+    got = client.deliveries[25:]
+    assert len(got) == 25 and all(d.method.redelivered for d in got)
+    assert [d.body for d in got] == [str(i).encode() for i in range(25)]
