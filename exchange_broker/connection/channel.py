@@ -100,55 +100,18 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         """``deliver(msg) -> tag`` for one consumer (what its queue calls)."""
         return partial(self._deliver, consumer)
 
-    def _deliver(self, consumer: Consumer, msg: Message) -> int:
-        tag = self.next_tag
-        self.next_tag = tag + 1
-        sess = self.session
-        conn = sess.conn
-        exchange_sh = SHORT_STRINGS.get(msg.exchange) or codec.short_cached(msg.exchange)
-        key_sh = SHORT_STRINGS.get(msg.routing_key) or codec.short_cached(msg.routing_key)
-        conn.send_parts(codec.deliver_frames(self.number, consumer.tag_sh, tag, msg.redelivered,
-                                             exchange_sh, key_sh, msg.properties, msg.body,
-                                             conn.frame_max))
-        self.stats_delivered += 1
-        sess.broker.stats["deliver"] += 1
-        if sess.vhost.tracing:  # the firehose: deliver.<queue>
-            tracing.tap_out(sess.broker, sess.vhost, msg, sess, self.number)
-        q = msg.queue  # the queue's message_stats (admin API)
-        if msg.redelivered:
-            q.stats_redeliver += 1
-        sess.out_pending += len(msg.body) + 96
-        if sess.out_pending > OUTPUT_BUDGET:
-            sess.writable = False  # resumes after the next flush
-        if consumer.no_ack:  # settled as it leaves
-            q.stats_deliver_no_ack += 1
-            q.settle(msg)
-            if not sess.dirty:
-                sess.mark_dirty()
-        else:  # awaits its ack
-            q.stats_deliver += 1
-            msg.delivered_at = sess.broker.clock.time()  # the consumer timeout
-            self.unacked[tag] = (msg, consumer)
-            q.unacked += 1
-            consumer.unacked += 1
-            self.global_unacked += 1
-            if msg.stored:
-                q.delivered(msg)
-            if not sess.dirty:
-                sess.mark_dirty()
-        return tag
-
     def run_sink(self, consumer: Consumer):
-        """``deliver_run(msgs)``: ``_deliver`` for each of a queue's run of messages, the lookups
-        and counters done once (per-message tracing takes ``_deliver``)."""
+        """``deliver_run(msgs)`` for one consumer: a queue's run of messages at once."""
         return partial(self._deliver_run, consumer)
 
-    def _deliver_run(self, consumer: Consumer, msgs: list) -> None:
+    def _deliver(self, consumer: Consumer, msg: Message) -> int:
+        self._deliver_run(consumer, (msg,))
+        return self.next_tag - 1
+
+    def _deliver_run(self, consumer: Consumer, msgs) -> None:
+        """basic.deliver of ``msgs`` (of one queue, in order) to ``consumer``: settled as they
+        leave (no-ack) or awaiting their acks; the lookups and counters done once per run."""
         sess = self.session
-        if sess.vhost.tracing:
-            for msg in msgs:
-                self._deliver(consumer, msg)
-            return
         conn = sess.conn
         number, tag_sh, frame_max = self.number, consumer.tag_sh, conn.frame_max
         q = msgs[0].queue
@@ -156,6 +119,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         settle = q.settle
         unacked = self.unacked
         now = None if no_ack else sess.broker.clock.time()  # the consumer timeout's start
+        traced = sess.vhost.tracing  # the firehose (deliver.<queue>) after each message's frames
         tag = self.next_tag
         parts: list[bytes] = []
         exchange = key = None
@@ -170,26 +134,32 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
             body = msg.body
             parts += deliver_frames(number, tag_sh, tag, msg.redelivered, exchange_sh, key_sh,
                                     msg.properties, body, frame_max)
+            if traced:
+                conn.send_parts(parts)
+                parts = []
+                self.next_tag = tag + 1
+                tracing.tap_out(sess.broker, sess.vhost, msg, sess, number)
             size += len(body)
             if msg.redelivered:
                 redelivered += 1
-            if no_ack:  # settled as it leaves
+            if no_ack:
                 settle(msg)
             else:
                 msg.delivered_at = now
                 unacked[tag] = (msg, consumer)
                 if msg.stored:
                     q.delivered(msg)
-            tag += 1
-        conn.send_parts(parts)
+            tag = self.next_tag if traced else tag + 1  # (a traced copy may have taken tags)
+        if parts:
+            conn.send_parts(parts)
         n = len(msgs)
         self.next_tag = tag
         self.stats_delivered += n
         sess.broker.stats["deliver"] += n
         q.stats_redeliver += redelivered
-        if consumer.no_ack:
+        if no_ack:
             q.stats_deliver_no_ack += n
-        else:  # they await their acks
+        else:
             q.stats_deliver += n
             q.unacked += n
             consumer.unacked += n
