@@ -28,10 +28,10 @@ from exchange_broker.core.queue import delivery_guard
 from exchange_broker.core.queue_args import amqp_type
 from exchange_broker.core.reply_to import PSEUDO_QUEUE
 from exchange_broker.protocol import codec
-from exchange_broker.protocol.codec import SHORT_STRINGS, deliver_frames
+from exchange_broker.protocol.codec import SHORT_STRINGS, deliver_frames, deliver_template
 from exchange_broker.protocol.connection import TooLarge
-from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, NOT_ALLOWED,
-                                                NOT_IMPLEMENTED, PRECONDITION_FAILED)
+from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, FRAME_END_BYTE,
+                                                NOT_ALLOWED, NOT_IMPLEMENTED, PRECONDITION_FAILED)
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.queue_types.consumer_groups import GROUP_ARG, find_group
 
@@ -122,18 +122,28 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         traced = sess.vhost.tracing  # the firehose (deliver.<queue>) after each message's frames
         tag = self.next_tag
         parts: list[bytes] = []
-        exchange = key = None
+        exchange = key = props = body_size = again = before = after = None
         size = redelivered = 0
         for msg in msgs:
-            if msg.exchange is not exchange:
-                exchange = msg.exchange
+            if msg.exchange is not exchange or msg.routing_key is not key:
+                exchange, key = msg.exchange, msg.routing_key
                 exchange_sh = SHORT_STRINGS.get(exchange) or codec.short_cached(exchange)
-            if msg.routing_key is not key:
-                key = msg.routing_key
                 key_sh = SHORT_STRINGS.get(key) or codec.short_cached(key)
+                props = None  # the template holds them
             body = msg.body
-            parts += deliver_frames(number, tag_sh, tag, msg.redelivered, exchange_sh, key_sh,
-                                    msg.properties, body, frame_max)
+            if msg.properties is props and len(body) == body_size and msg.redelivered is again:
+                parts += (before, tag.to_bytes(8, "big"), after, body, FRAME_END_BYTE)
+            else:  # a new shape: its frames made whole, and kept as a template for what follows
+                props, body_size, again = msg.properties, len(body), msg.redelivered
+                template = deliver_template(number, tag_sh, again, exchange_sh, key_sh, props,
+                                            body_size, frame_max)
+                if template is None:
+                    props = None
+                    parts += deliver_frames(number, tag_sh, tag, again, exchange_sh, key_sh,
+                                            msg.properties, body, frame_max)
+                else:
+                    before, after = template
+                    parts += (before, tag.to_bytes(8, "big"), after, body, FRAME_END_BYTE)
             if traced:
                 conn.send_parts(parts)
                 parts = []

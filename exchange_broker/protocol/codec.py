@@ -68,6 +68,27 @@ def deliver_frames(channel: int, consumer_tag_sh: bytes, delivery_tag: int, rede
     return parts
 
 
+_DELIVER_TAIL_HEAD = struct.Struct(">BHIHHQ")
+_BODY_HEAD = struct.Struct(">BHI")
+
+
+def deliver_template(channel: int, consumer_tag_sh: bytes, redelivered: bool, exchange_sh: bytes,
+                     routing_key_sh: bytes, properties: bytes, size: int,
+                     frame_max: int) -> tuple[bytes, bytes] | None:
+    """basic.deliver + content header + body frame header around the one thing that differs
+    from message to message of a run (its delivery tag, 8 bytes): (before, after). Frames are
+    then ``before``, the tag, ``after``, the body and a frame end. None: more than one body frame
+    (``deliver_frames`` then)."""
+    if not 0 < size <= frame_max - 8:
+        return None
+    before = _DELIVER_HEAD.pack(FRAME_METHOD, channel, 13 + len(consumer_tag_sh) + len(exchange_sh) +
+                                len(routing_key_sh), 60, 60) + consumer_tag_sh
+    after = (b"\x01" if redelivered else b"\x00") + exchange_sh + routing_key_sh + FRAME_END_BYTE + \
+        _DELIVER_TAIL_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties), 60, 0, size) + properties + \
+        FRAME_END_BYTE + _BODY_HEAD.pack(FRAME_BODY, channel, size)
+    return before, after
+
+
 def get_ok_frames(channel: int, delivery_tag: int, redelivered: bool, exchange_sh: bytes,
                   routing_key_sh: bytes, message_count: int, properties: bytes, body: bytes,
                   frame_max: int) -> list[bytes]:
