@@ -18,18 +18,18 @@ from pamqp import commands
 
 from exchange_broker.protocol import amqp_0_8, codec
 from exchange_broker.protocol import events as ev
-from exchange_broker.protocol.constants import (ACCESS_REFUSED, BASIC_ACK, BASIC_NACK, BASIC_PUBLISH,
-                                                BASIC_REJECT, CHANNEL_ERROR, CHANNEL_MAX_DEFAULT, FRAME_BODY,
-                                                FRAME_END, FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT,
-                                                FRAME_MAX_DEFAULT, FRAME_METHOD, FRAME_MIN_SIZE,
-                                                HEARTBEAT_DEFAULT, MAX_MESSAGE_SIZE_DEFAULT, NOT_ALLOWED,
-                                                PROTOCOL_HEADER, UNEXPECTED_FRAME)
+from exchange_broker.protocol.constants import (BASIC_ACK, BASIC_NACK, BASIC_PUBLISH, BASIC_REJECT,
+                                                CHANNEL_ERROR, CHANNEL_MAX_DEFAULT, FRAME_BODY, FRAME_END,
+                                                FRAME_ERROR, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_MAX_DEFAULT,
+                                                FRAME_METHOD, FRAME_MIN_SIZE, HEARTBEAT_DEFAULT,
+                                                MAX_MESSAGE_SIZE_DEFAULT, NOT_ALLOWED, UNEXPECTED_FRAME)
 from exchange_broker.protocol.content import (PUBLISH_BATCH, Content, Ignore, TooLarge, content_body, content_for,
                                              content_header,
                                              publishes as _publishes, whole_content as _whole_content)
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.protocol.frames import FRAME_HEAD, frame
-from exchange_broker.protocol.handshake import SilentRefusal, header_verdict, login_refusal, tuned
+from exchange_broker.protocol.connection_class import FRAME_SIZE_FUDGE, ConnectionClassMethods
+from exchange_broker.protocol.handshake import SilentRefusal
 from exchange_broker.protocol.output import Outbox, Output, Slot
 
 __all__ = ["ServerConnection", "TooLarge"]
@@ -39,8 +39,6 @@ _FRAME_HDR = FRAME_HEAD
 Authenticate = Callable[[str, bytes], "str | None"]  # -> user name, raise AMQPError, or None: see login_done
 OpenVhost = Callable[[str, str], None]              # user, vhost -> None, or raise AMQPError
 
-_CONN_CLOSE = commands.Connection.Close.index
-_CONN_CLOSE_OK = commands.Connection.CloseOk.index
 _CH_OPEN = commands.Channel.Open.index
 _CH_CLOSE = commands.Channel.Close.index
 _CH_CLOSE_OK = commands.Channel.CloseOk.index
@@ -48,15 +46,13 @@ _OPEN_OK_PAYLOAD = struct.pack(">HHI", 20, 11, 0)
 _CLOSE_OK_PAYLOAD = struct.pack(">HH", 20, 41)
 _PUBLISH_ID = struct.pack(">I", BASIC_PUBLISH)
 PUBLISH_CACHE_MAX = 256  # distinct basic.publish method payloads remembered per connection
-_CONN_CLOSE_OK_FRAME = frame(FRAME_METHOD, 0, struct.pack(">HH", 10, 51))
-FRAME_SIZE_FUDGE = 8  # RabbitMQ accepts frames up to 8 bytes over frame_max (a common client slip)
 
 
 def _channel_frame(channel: int, payload: bytes) -> bytes:
     return frame(FRAME_METHOD, channel, payload)
 
 
-class ServerConnection(Outbox):
+class ServerConnection(Outbox, ConnectionClassMethods):
     """One client connection's protocol state."""
 
     def __init__(self, authenticate: Authenticate, open_vhost: OpenVhost, server_properties: dict,
@@ -83,6 +79,9 @@ class ServerConnection(Outbox):
         self._buf = bytearray()
         self._publish_cache: dict = {}  # basic.publish payloads seen: their decoded arguments
         self._header_cache: dict = {}   # content-header frames seen (content.whole_content)
+        # the last whole publish: (its frames up to the body, channel, exchange, routing key,
+        # mandatory, immediate, properties, quick properties, body size)
+        self._last_publish: tuple | None = None
         self._output = Output()
         self._out = self._output.ready
         # largest frame payload accepted: RabbitMQ's initial_frame_max until tune-ok, then frame_max
@@ -201,8 +200,27 @@ class ServerConnection(Outbox):
             channels = self.channels
             publish_cache = self._publish_cache
             header_cache = self._header_cache
+            last = self._last_publish
             try:
                 while n - pos >= 7:
+                    # the hottest path: the same publish as the last one but for its body (the
+                    # method, content header and body frame header known byte for byte)
+                    if last is not None and src.startswith(last[0], pos) and self.state == "opened":
+                        end = pos + len(last[0]) + last[8]
+                        if end < n and src[end] == FRAME_END and channels.get(last[1], False) is None:
+                            channel = last[1]
+                            event = ev.Publish(channel, last[2], last[3], last[4], last[5], last[6],
+                                               src[end - last[8]:end], last[7])
+                            pos = end + 1
+                            if batch and batch[0].channel != channel:
+                                yield _publishes(batch)
+                                batch = []
+                            batch.append(event)
+                            if len(batch) >= PUBLISH_BATCH:
+                                yield _publishes(batch)
+                                batch = []
+                            continue
+                    start = pos
                     ftype, channel, size = _FRAME_HDR.unpack_from(src, pos)
                     if size > payload_max:
                         limit = payload_max - FRAME_SIZE_FUDGE + 8
@@ -239,6 +257,10 @@ class ServerConnection(Outbox):
                                 pos, properties, quick, body = whole
                                 event = ev.Publish(channel, exchange, rk, mandatory, immediate,
                                                    properties, body, quick)
+                                if body:
+                                    last = self._last_publish = (
+                                        src[start:pos - 1 - len(body)], channel, exchange, rk,
+                                        mandatory, immediate, properties, quick, len(body))
                         elif type(content) is Content:
                             if ftype == FRAME_BODY:
                                 content_body(channels, channel, content, payload, out)
@@ -315,28 +337,6 @@ class ServerConnection(Outbox):
             if t is ev.ChannelClosed or event.channel in self.channels:
                 self._output.add(event.channel, reply)
 
-    def _receive_header(self, out: list) -> bool:
-        buf = self._buf
-        verdict = header_verdict(bytes(buf[:8]))
-        if verdict is None:
-            return False
-        if not verdict:
-            # Wrong protocol or version: answer with the header we speak, then close.
-            self._out.append(PROTOCOL_HEADER)
-            self.state = "closed"
-            buf.clear()
-            out.append(ev.Closing(0, "bad protocol header", False))
-            out.append(ev.Closed(abrupt=True))
-            return False
-        del buf[:8]
-        self.state = "start"
-        props, version = dict(self._server_properties), (0, 9)
-        if verdict == "0-8":
-            self.amqp_0_8, self._open_ok = True, amqp_0_8.CHANNEL_OPEN_OK
-            props, version = amqp_0_8.server_properties(props), amqp_0_8.VERSION
-        self.send_method(0, commands.Connection.Start(*version, props, self.mechanisms, "en_US"))
-        return True
-
     def _frame(self, ftype: int, channel: int, payload: bytes, out: list) -> None:
         if ftype == FRAME_METHOD:
             if channel == 0:
@@ -411,87 +411,6 @@ class ServerConnection(Outbox):
                 raise AMQPError(UNEXPECTED_FRAME, f"heartbeat frame on channel {channel}", hard=True)
         else:
             raise AMQPError(FRAME_ERROR, f"unknown frame type {ftype}", hard=True)
-
-    # -- connection class ------------------------------------------------------------------------
-    def _connection_method(self, method, out: list) -> None:
-        idx = method.index
-        state = self.state
-        if idx == _CONN_CLOSE:
-            if state == "closing":
-                self._out.append(self._conn_frame(_CONN_CLOSE_OK_FRAME))
-                return
-            self.state = "closed"
-            self.channels.clear()
-            self.closing_channels.clear()
-            out.append(ev.Closing(method.reply_code, method.reply_text, True, self._conn_frame(_CONN_CLOSE_OK_FRAME)))
-            out.append(ev.Closed())
-            return
-        if idx == _CONN_CLOSE_OK:
-            if state == "closing":
-                self.state = "closed"
-                out.append(ev.Closed())
-                return
-            raise AMQPError(CHANNEL_ERROR, "unexpected connection.close-ok", 10, 51, hard=True)
-        if state == "closing":
-            return
-        if state == "start" and isinstance(method, commands.Connection.StartOk):
-            self._start_ok(method)
-        elif state == "tune" and isinstance(method, commands.Connection.TuneOk):
-            self._tune_ok(method)
-        elif state == "open" and isinstance(method, commands.Connection.Open):
-            self._open_vhost(self.user, method.virtual_host)
-            self.vhost = method.virtual_host
-            self.send_method(0, commands.Connection.OpenOk())
-            self.state = "opened"
-            out.append(ev.Opened(self.user, self.vhost, self.client_properties))
-        elif state == "opened" and isinstance(method, commands.Connection.UpdateSecret):
-            out.append(ev.UpdateSecret(method.new_secret, method.reason or ""))  # the session answers
-        elif state == "opened" and isinstance(method, (commands.Connection.Blocked,
-                                                       commands.Connection.Unblocked)):
-            pass
-        else:
-            raise AMQPError(CHANNEL_ERROR, f"unexpected method {method.name} in connection state "
-                            f"'{state}'", method.index >> 16, method.index & 0xFFFF, hard=True)
-
-    def _start_ok(self, method) -> None:
-        self.client_properties = method.client_properties or {}
-        caps = self.client_properties.get("capabilities")
-        self.capabilities = caps if isinstance(caps, dict) else {}
-        mechanism = method.mechanism
-        try:
-            if mechanism not in self.mechanisms.split():
-                raise AMQPError(ACCESS_REFUSED, f"unsupported authentication mechanism '{mechanism}'",
-                                10, 11, hard=True)
-            response = method.response
-            if isinstance(response, str):
-                response = response.encode("utf-8", "surrogateescape")
-            user = self._authenticate(mechanism, response)
-        except AMQPError as err:
-            raise login_refusal(err, self.capabilities) from None
-        if user is not None:
-            self.login_done(user)
-        else:  # decided later (a backend asks the network): input waits until login_done or a close
-            self.state = "login"
-
-    def refuse_login(self, err: AMQPError) -> list:
-        """A login decided later was refused: the events of a refusal in the handshake."""
-        closing = self._fail(login_refusal(err, self.capabilities))
-        return [closing, ev.Closed(abrupt=True)] if self.state == "closed" else [closing]
-
-    def login_done(self, user: str) -> None:
-        """The login allowed ``user``: connection.tune; the caller then feeds what waited (events(b""))."""
-        self.user = user
-        self.state = "tune"
-        self.send_method(0, commands.Connection.Tune(self.server_channel_max, self.server_frame_max, self.server_heartbeat))
-
-    def _tune_ok(self, method) -> None:
-        frame_max, channel_max = tuned(method, self.server_channel_max, self.server_frame_max)
-        self.frame_max = frame_max
-        self._payload_max = frame_max - 8 + FRAME_SIZE_FUDGE
-        self.channel_max = channel_max
-        self.heartbeat = method.heartbeat
-        self.state = "open"
-
 
 _REPLYING = frozenset({ev.ChannelOpened, ev.ChannelClosed, ev.Closing})  # events with a reply after them
 

@@ -19,11 +19,9 @@ from exchange_broker.core.queue_args import QueueOptions, parse_queue_arguments
 from exchange_broker.protocol.constants import PRECONDITION_FAILED
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.queue_types.dedup import deduplication_key, is_duplicate, remember
-from exchange_broker.queue_types.ready import PriorityReady, ReadyDeque
+from exchange_broker.queue_types.ready import RUN_BYTES, RUN_COUNT, PriorityReady, ReadyDeque, take_run
 
 DEDUP_DEFAULT_SIZE = 100_000
-RUN_COUNT = 64          # messages handed to a consumer in one call at most
-RUN_BYTES = 64 * 1024   # ... and bodies' bytes (the connection's output budget is checked per run)
 
 
 class ClassicQueue(QueueType):
@@ -451,16 +449,7 @@ class ClassicQueue(QueueType):
             self._arm_expiry()
 
     def _deliver_run(self, c: Consumer, ready) -> None:
-        """Up to RUN_COUNT ready messages (RUN_BYTES of bodies) to a consumer that takes runs."""
-        run = []
-        size = 0
-        popleft = ready.popleft
-        for _ in range(min(len(ready), RUN_COUNT, c.room())):
-            msg = popleft()
-            run.append(msg)
-            size += len(msg.body)
-            if size >= RUN_BYTES:
-                break
+        run, size = take_run(ready, min(RUN_COUNT, c.room()), RUN_BYTES)
         self.bytes -= size
         self.stats_delivered += len(run)
         c.deliver_run(run)

@@ -9,6 +9,24 @@ from __future__ import annotations
 import bisect
 from collections import deque
 
+RUN_COUNT = 64          # messages handed to a consumer in one call at most (``take_run``)
+RUN_BYTES = 64 * 1024   # ... and their bodies' bytes (the connection's output budget is checked per run)
+
+
+def take_run(ready, limit: int, max_bytes: int) -> tuple[list, int]:
+    """Up to ``limit`` messages from the head of ``ready``, stopping once their bodies reach
+    ``max_bytes``: (the messages, their bodies' bytes)."""
+    run = []
+    size = 0
+    popleft = ready.popleft
+    for _ in range(min(len(ready), limit)):
+        msg = popleft()
+        run.append(msg)
+        size += len(msg.body)
+        if size >= max_bytes:
+            break
+    return run, size
+
 
 class ReadyDeque(deque):
     def insert_by_seq(self, msg) -> None:

@@ -11,7 +11,7 @@ from sansio import B, Q, SansIOClient
 from exchange_broker.assembly import make_broker
 from exchange_broker.connection.channel import OUTPUT_BUDGET
 from exchange_broker.core.clock import ManualClock
-from exchange_broker.queue_types.classic import RUN_BYTES, RUN_COUNT
+from exchange_broker.queue_types.ready import RUN_BYTES, RUN_COUNT
 
 
 @pytest.fixture
