@@ -323,14 +323,17 @@ class Broker:
             held = self.delayed.publish(vhost, ex, msg, publisher)  # None: no (valid) x-delay, route now
             if held is not None:
                 return held
-        raw = msg.properties
-        cc = has_headers and (b"\x02CC" in raw or b"\x03BCC" in raw)
-        headers = msg.headers if has_headers and (vhost.headers_exchanges or cc) else None
-        if vhost.property_exchanges:  # x-consistent-hash on a property: match sees the properties
-            headers = routing.RoutingFields(msg.headers if has_headers else None, msg.props)
-        queues = vhost.route(ex, msg.routing_key, headers)
-        if cc:
-            queues = self._route_cc(vhost, ex, msg, headers, queues)
+        if has_headers or vhost.property_exchanges:
+            raw = msg.properties
+            cc = has_headers and (b"\x02CC" in raw or b"\x03BCC" in raw)
+            headers = msg.headers if has_headers and (vhost.headers_exchanges or cc) else None
+            if vhost.property_exchanges:  # x-consistent-hash on a property: match sees the properties
+                headers = routing.RoutingFields(msg.headers if has_headers else None, msg.props)
+            queues = vhost.route(ex, msg.routing_key, headers)
+            if cc:
+                queues = self._route_cc(vhost, ex, msg, headers, queues)
+        else:  # the usual publish: nothing but the routing key to route by
+            queues = vhost.route(ex, msg.routing_key, None)
         if vhost.tracing:
             tracing.tap_in(self, vhost, msg, queues, publisher, channel)
         if not queues:
