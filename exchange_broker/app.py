@@ -248,9 +248,8 @@ class Application:
         held_lock = None
         if config.cluster and config.cluster_mode == "leaders":
             from exchange_broker.cluster.node import ClusterStartError
-            from exchange_broker.cluster.serve_leaders import start_leaders
-            try:  # store, durability, broker, node
-                await start_leaders(self, build_broker, LoopClock(loop), advertised)
+            try:
+                await self._start_leaders(loop)
             except ClusterStartError as exc:
                 raise StartupError(str(exc)) from None
             config = self.config
@@ -317,6 +316,20 @@ class Application:
         log.info("exchange-broker ready on %s:%d", f"[{config.host}]" if ":" in config.host else config.host,
                  self.server.port)
         return True
+
+    async def _start_leaders(self, loop) -> None:
+        """A node of a cluster with per-queue leaders, assembled here in the order
+        ``cluster/serve_leaders.py`` gives: node, shared store, join, durability and broker as for
+        one node, then the node plugged into them. The caller listens, then ``cluster.serving``."""
+        from exchange_broker.cluster import serve_leaders as leaders
+        from exchange_broker.durability.sql import SqlDurability
+        config = self.config = leaders.node_config(self.config)
+        node = self.cluster = leaders.make_node(config, advertised)
+        self.store = await leaders.open_store(config)
+        await leaders.join(node, self.store)
+        self.durability = SqlDurability(self.store, loop, window=config.queue_window, fsync_streams=config.stream_fsync)
+        self.broker = build_broker(LoopClock(loop), durability=self.durability, config=config)
+        await leaders.plug_in(node, self.store, self.broker, self.durability, config)
 
     async def _join_cluster(self):
         """Join as a standby until the store's lock is ours (returned), None when asked to exit."""

@@ -10,8 +10,9 @@ bumps the ``definitions`` version and sends ``NOTIFY eb_definitions`` in the sam
   (:func:`apply_rows`): vhosts, users, permissions, topic permissions, durable exchanges,
   durable queues (empty placeholders: messages stay in the store), durable bindings, policies,
   vhost and user limits;
-* while the difference is applied, the broker's durability is a ``NullDurability``: nothing is
-  written back to the store (the apply runs in one go on the loop: no other code sees the swap);
+* the difference is applied without a definition write back to the store: each change is made
+  with ``store=False`` (what another node wrote; the broker keeps its durability, so what follows
+  from a change here, such as messages a new policy's length limit drops, is still stored);
 * versions heard while a reload runs are folded into one more reload.
 
 Step one of the cluster runs it on standby nodes (a warm copy of the definitions, and
@@ -33,7 +34,6 @@ from persistence.store import Definitions
 
 from exchange_broker.core.auth import HASHING_SHA256, User
 from exchange_broker.core.exchange import Exchange, make_index
-from exchange_broker.core.ports import NullDurability
 from exchange_broker.cluster.node import cancel_task
 from exchange_broker.core.vhost import BUILTIN_EXCHANGES
 from exchange_broker.durability.recovery import decode_args
@@ -75,19 +75,14 @@ def apply_rows(broker, rows: DefinitionRows, placeholders: Placeholders | None =
     """Make ``broker``'s definitions those of ``rows``, changing only what differs, without a
     write to the store. Returns how many things were added/changed and removed."""
     counts = {"changed": 0, "removed": 0}
-    real = broker.durability
-    broker.durability = NullDurability()
-    try:
-        _vhosts(broker, rows.defs, counts)
-        _users(broker, rows.defs, counts)
-        _exchanges(broker, rows.defs, counts)
-        _queues(broker, rows.defs, counts, placeholders)
-        _bindings(broker, rows.defs, counts)
-        _policies(broker, rows.policies, counts)
-        if rows.limits is not None:
-            _limits_and_topics(broker, rows.limits, counts)
-    finally:
-        broker.durability = real
+    _vhosts(broker, rows.defs, counts)
+    _users(broker, rows.defs, counts)
+    _exchanges(broker, rows.defs, counts)
+    _queues(broker, rows.defs, counts, placeholders)
+    _bindings(broker, rows.defs, counts)
+    _policies(broker, rows.policies, counts)
+    if rows.limits is not None:
+        _limits_and_topics(broker, rows.limits, counts)
     return counts
 
 
@@ -97,7 +92,7 @@ def _vhosts(broker, defs: Definitions, counts: dict) -> None:
         broker.add_vhost(name, store=False)
         counts["changed"] += 1
     for name in set(broker.vhosts) - wanted:
-        broker.delete_vhost(name)
+        broker.delete_vhost(name, store=False)
         counts["removed"] += 1
     for v in defs.vhosts:  # RabbitMQ's default_queue_type, set on any node
         broker.vhosts[v["name"]].default_queue_type = v.get("default_queue_type")
@@ -113,7 +108,7 @@ def _users(broker, defs: Definitions, counts: dict) -> None:
             broker.users[name] = User(name, pw, algo, tags)
             counts["changed"] += 1
     for name in set(broker.users) - set(wanted):
-        broker.delete_user(name)
+        broker.delete_user(name, store=False)
         counts["removed"] += 1
     perm_rows = {(p["user"], p["vhost"]): (p["configure"], p["write"], p["read"]) for p in defs.permissions}
     for key, triple in perm_rows.items():
@@ -121,7 +116,7 @@ def _users(broker, defs: Definitions, counts: dict) -> None:
             broker.permissions[key] = triple
             counts["changed"] += 1
     for user, vhost in set(broker.permissions) - set(perm_rows):
-        broker.clear_permissions(user, vhost)
+        broker.clear_permissions(user, vhost, store=False)
         counts["removed"] += 1
 
 
@@ -140,7 +135,7 @@ def _exchanges(broker, defs: Definitions, counts: dict) -> None:
         if have is not None:
             if _exchange_key(have) == (x["type"], bool(x["auto_delete"]), bool(x["internal"]), encode_args(args)):
                 continue
-            vh._remove_exchange(have)  # redeclared differently (deleted and declared again)
+            vh._remove_exchange(have, store=False)  # redeclared differently (deleted and declared again)
         vh._add_exchange(Exchange(vhost, name, x["type"], x["durable"], x["auto_delete"], x["internal"], args,
                                   index=make_index(x["type"], args)))
         counts["changed"] += 1
@@ -148,7 +143,7 @@ def _exchanges(broker, defs: Definitions, counts: dict) -> None:
         for name, ex in list(vh.exchanges.items()):
             if (ex.durable or broker.definitions_shared) and name not in BUILTIN and (vh.name, name) not in wanted \
                     and name in vh.exchanges:
-                vh._remove_exchange(ex)
+                vh._remove_exchange(ex, store=False)
                 counts["removed"] += 1
 
 
@@ -164,7 +159,7 @@ def _queues(broker, defs: Definitions, counts: dict, placeholders: Placeholders 
         if have is not None:  # deleted and declared again
             if placeholders is not None and placeholders.keep(have):
                 continue
-            vh.remove_queue(have)
+            vh.remove_queue(have, store=False)
         try:
             if placeholders is not None:
                 q = placeholders.make(vh, name, r)
@@ -181,7 +176,7 @@ def _queues(broker, defs: Definitions, counts: dict, placeholders: Placeholders 
             if q.store_id is not None and (vh.name, name) not in wanted:
                 if placeholders is not None and placeholders.keep(q):
                     continue
-                vh.remove_queue(q)
+                vh.remove_queue(q, store=False)
                 counts["removed"] += 1
 
 

@@ -42,7 +42,7 @@ from persistence.cluster_store import ClusterStore, NodeNameInUse
 from sqlalchemy.exc import SQLAlchemyError
 
 from exchange_broker.cluster.db_lease import DbLease
-from exchange_broker.cluster.node import ClusterStartError, beat_forever, cancel_task, leave
+from exchange_broker.cluster.node import ClusterStartError, beat_and_watch, cancel_task, leave
 from exchange_broker.core.queue import dispatch_guarded
 
 log = logging.getLogger("exchange_broker.cluster")
@@ -102,7 +102,8 @@ class LeaderNode:
         log.info("cluster: node '%s' joined (incarnation %d); every node serves, each queue has a leader",
                  self.name, self.incarnation)
         if self._task is None:  # it beats from now: a slow start must not get it evicted
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="cluster-heartbeat")
+            beat = beat_and_watch(self.heartbeat, self.tick, self.watch)
+            self._task = asyncio.get_running_loop().create_task(beat, name="cluster-heartbeat")
 
     def fence(self, conn) -> None:
         """``SqlStore.write_fence``: every write of this node's store, in its own transaction."""
@@ -170,15 +171,6 @@ class LeaderNode:
         await self._call(lambda: self.store.update_node(self.name, self.incarnation, amqp_address=amqp_address,
                                                         admin_address=admin_address))
         await self._call(self.store.bump_definitions)  # the other nodes learn where its queues are
-
-    async def _run(self) -> None:
-        async def watching() -> None:
-            self.watch()
-        watcher = asyncio.get_running_loop().create_task(beat_forever(self.heartbeat, watching))
-        try:
-            await beat_forever(self.heartbeat, self.tick)
-        finally:
-            watcher.cancel()
 
     async def tick(self) -> None:
         if not await self.renew() or self.lease.state != "held":

@@ -65,6 +65,18 @@ async def beat_forever(interval: float, tick: Callable) -> None:
             log.exception("cluster: heartbeat failed")
 
 
+async def beat_and_watch(interval: float, tick: Callable, watch: Callable[[], None]) -> None:
+    """A node's heartbeat task: ``await tick()`` and, beside it, ``watch()`` every ``interval``
+    seconds until cancelled (the watch keeps running while a slow tick waits for the database)."""
+    async def watching() -> None:
+        watch()
+    watcher = asyncio.get_running_loop().create_task(beat_forever(interval, watching))
+    try:
+        await beat_forever(interval, tick)
+    finally:
+        watcher.cancel()
+
+
 async def cancel_task(task: asyncio.Task | None) -> None:
     """Cancel ``task`` and wait until it has ended (whatever it raised)."""
     if task is None:
@@ -313,7 +325,8 @@ class ClusterNode:
         await self._call(lambda: self.store.update_node(self.name, self.incarnation, amqp_address=amqp_address,
                                                         admin_address=admin_address))
         await self._sync_leases()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="cluster-heartbeat")
+        beat = beat_and_watch(self.heartbeat, self.tick, self.watch)
+        self._task = asyncio.get_running_loop().create_task(beat, name="cluster-heartbeat")
 
     # -- the heartbeat ------------------------------------------------------------------------------
     async def _beat_quietly(self) -> bool:
@@ -325,15 +338,6 @@ class ClusterNode:
             log.warning("cluster: heartbeat failed: %s", " ".join(str(exc).split())[:300])
             self._beat_ok = False
             return True  # unknown: the lock check decides
-
-    async def _run(self) -> None:
-        async def watching() -> None:
-            self.watch()
-        watcher = asyncio.get_running_loop().create_task(beat_forever(self.heartbeat, watching))
-        try:
-            await beat_forever(self.heartbeat, self.tick)
-        finally:
-            watcher.cancel()
 
     async def tick(self) -> None:
         """One beat of an active node: the lock first (a node without it must not even beat), then

@@ -41,7 +41,7 @@ from exchange_broker.client import ClientError
 from exchange_broker.cluster.links import FLOW_HIGH, Address, Links, spawn
 from exchange_broker.cluster.relay import ACK, NACK, REJECT, Getter, Relay, TagMap
 from exchange_broker.core.message import Message
-from exchange_broker.core.ports import NullDurability, Waiter
+from exchange_broker.core.ports import Waiter
 from exchange_broker.core.names import describe
 from exchange_broker.core.queue import QueueType
 from exchange_broker.core.queue_args import QueueOptions
@@ -60,7 +60,7 @@ def address_of(leader) -> Address | None:
 
 
 class RemoteQueue(QueueType):
-    remote = True
+    CAPABILITIES: frozenset[str] = frozenset()  # not held here: its messages are the leader's
 
     def __init__(self, broker, vhost: str, name: str, *, links: Links, address: Address | None,
                  leader: str = "", durable: bool = True, auto_delete: bool = False,
@@ -196,7 +196,6 @@ class RemoteQueue(QueueType):
         for msg in msgs:
             self.tags.settle(msg, NACK, True)
 
-    led_elsewhere = True
     _leader_error = None
     _forwarder = None  # the links' Forwarder to the leader (looked up again when it moved)
 
@@ -261,13 +260,8 @@ class RemoteQueue(QueueType):
     def _drop_here(self) -> None:
         """Deleted on the leader: gone from this node now, without a write (the leader wrote it)."""
         vh = self.broker.vhosts.get(self.vhost)
-        if vh is None or vh.queues.get(self.name) is not self:
-            return
-        real, self.broker.durability = self.broker.durability, NullDurability()
-        try:
-            vh.remove_queue(self)
-        finally:
-            self.broker.durability = real
+        if vh is not None and vh.queues.get(self.name) is self:
+            vh.remove_queue(self, store=False)
 
     def _failed_on_leader(self, what: str, exc: Exception, method_id: int) -> None:
         code = getattr(exc, "code", 0)

@@ -1,16 +1,17 @@
 """Start a node of a cluster with per-queue leaders (``serve --cluster --cluster-mode leaders``).
 
-The order matters:
+The application (``app.py``) assembles it from above, with the functions here, in this order:
 
-1. open the shared store (its schema migrated by one node at a time: an advisory lock) and
-   register the node (``leaders.LeaderNode``): every write of the store is fenced by the node's
-   row from then on;
-2. restore the store into a broker: the queues this node leads with their messages, the others as
-   placeholders (``remote.RemoteQueue``) pointed at their leaders;
-3. follow the definitions and the leaders (``definitions.DefinitionsMirror`` with
-   ``placement.Placement``): queues given to this node become real, placeholders follow their
-   leaders;
-4. listen (AMQP, admin API) and beat.
+1. ``node_config`` and ``make_node``; ``open_store`` opens the shared store (its schema migrated
+   by one node at a time: an advisory lock) and ``join`` registers the node
+   (``leaders.LeaderNode``): every write of the store is fenced by the node's row from then on;
+2. the application builds the durability and the broker as for a single node; ``plug_in`` wires
+   the node into them and restores the store: the queues this node leads with their messages,
+   the others as placeholders (``remote.RemoteQueue``) pointed at their leaders;
+3. ``plug_in`` then follows the definitions and the leaders (``definitions.DefinitionsMirror``
+   with ``placement.Placement``): queues given to this node become real, placeholders follow
+   their leaders;
+4. the application listens (AMQP, admin API) and calls ``node.serving``: the node beats.
 
 The nodes log in to each other as ``leaders.LINK_USER`` with the cluster's link secret
 (``Broker.link_login``).
@@ -60,24 +61,38 @@ def is_remote(q) -> bool:
     return isinstance(q, RemoteQueue)
 
 
-async def start_leaders(app, build_broker, clock, advertised) -> None:
-    """Steps 1-3 of the module's docstring: ``app.store``, ``app.durability``, ``app.broker`` and
-    ``app.cluster`` are set; the caller listens and then calls ``app.cluster.serving``. A node
-    that cannot join raises ClusterStartError (one line)."""
-    from exchange_broker.durability.sql import SqlDurability
-    config = app.config = dataclasses.replace(app.config, database_url=tagged_url(app.config.store_url))
-    loop = asyncio.get_running_loop()
-    node = app.cluster = LeaderNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
-                                    config.cluster_failover_timeout)
+def node_config(config):
+    """The node's settings: its database sessions named after it (``tagged_url``)."""
+    return dataclasses.replace(config, database_url=tagged_url(config.store_url))
+
+
+def make_node(config, advertised) -> LeaderNode:
+    """The node, not joined yet, with the addresses it will listen on (``advertised(host)``)."""
+    node = LeaderNode(config.store_url, config.cluster_node_name, config.cluster_heartbeat,
+                      config.cluster_failover_timeout)
     admin = f"{advertised(config.admin_listen_host)}:{config.admin_port}" if config.admin_port else ""
     node.listening = (f"{advertised(config.host)}:{config.port}", admin)
-    app.store = await loop.run_in_executor(None, open_shared_store, config.store_url, config.sqlite_synchronous)
+    return node
+
+
+async def open_store(config):
+    """Step 1: the shared store (off the loop)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, open_shared_store, config.store_url, config.sqlite_synchronous)
+
+
+async def join(node: LeaderNode, store) -> None:
+    """Step 1: register the node; from then on every write of ``store`` is fenced by its row. A
+    node that cannot join raises ClusterStartError (one line)."""
     await node.join()
-    app.store.write_fence = node.fence  # an evicted node's writes fail
-    app.store.after_write = node.store.bump_definitions  # definition writes: version + NOTIFY
-    durability = app.durability = SqlDurability(app.store, loop, window=config.queue_window,
-                                                fsync_streams=config.stream_fsync)
-    broker = app.broker = build_broker(clock, durability=durability, config=config)
+    store.write_fence = node.fence  # an evicted node's writes fail
+    store.after_write = node.store.bump_definitions  # definition writes: version + NOTIFY
+
+
+async def plug_in(node: LeaderNode, store, broker, durability, config) -> None:
+    """Steps 2-3: the joined node takes the broker and durability the application built on
+    ``store``; the application then listens and calls ``node.serving``."""
+    loop = asyncio.get_running_loop()
     broker.link_login = (LINK_USER, node.link_secret)
     broker.definitions_shared = True  # transient queues and exchanges are routed to from every node
     broker.delivery_guard = node.guard  # the durable queues it leads wait while its lease may have run out
@@ -145,7 +160,7 @@ async def start_leaders(app, build_broker, clock, advertised) -> None:
         placement.seen.update(r["id"] for r in rows.defs.queues)
         placement.hand_over_requested(rows.moves)
 
-    node.mirror = DefinitionsMirror(node.store, app.store, broker, load=load,
+    node.mirror = DefinitionsMirror(node.store, store, broker, load=load,
                                     placeholders=Placeholders(make=placement.placeholder, keep=placement.keep),
                                     on_loaded=loaded, on_applied=applied,
                                     local_writes=lambda: (durability.definitions_issued, durability.definitions_done))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pamqp import commands
 
+from exchange_broker.core.queue import CANCEL_ON_TIMEOUT
 from exchange_broker.protocol.constants import PRECONDITION_FAILED
 from exchange_broker.protocol.errors import AMQPError
 
@@ -38,7 +39,8 @@ class ConsumerTimeoutMethods:
             q = msg.queue
             timeout = (q.options.consumer_timeout if q is not None else None) or default_ms
             if timeout and msg.delivered_at is not None and now - msg.delivered_at > timeout / 1000.0:
-                if not (cancel_notify and consumer is not None and getattr(q, "cancels_on_timeout", False)):
+                if not (cancel_notify and consumer is not None and q is not None
+                        and CANCEL_ON_TIMEOUT in q.capabilities()):
                     return AMQPError(PRECONDITION_FAILED, f"delivery acknowledgement on channel "
                                      f"{self.number} timed out. Timeout value used: {timeout} ms. This "
                                      f"timeout value can be configured, see consumers doc guide to learn "

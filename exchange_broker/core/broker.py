@@ -174,32 +174,33 @@ class Broker:
     def set_user_tags(self, name: str, tags: list[str]) -> bool:
         return users_mod.set_user_tags(self, name, tags)
 
-    def delete_user(self, name: str) -> bool:
-        """Remove the user and its permissions; its connections are closed with 320."""
-        if not users_mod.delete_user(self, name):
+    def delete_user(self, name: str, store: bool = True) -> bool:
+        """Remove the user and its permissions; its connections are closed with 320. ``store``
+        False (here and in ``clear_permissions``, ``delete_vhost``): written elsewhere already."""
+        if not users_mod.delete_user(self, name, store):
             return False
         if self.events is not None:
             self.events.user_event(False, name)
-        perms.forget_topic_permissions(self, user=name)
-        limits.forget_user(self, name)
+        perms.forget_topic_permissions(self, user=name, store=store)
+        limits.forget_user(self, name, store)
         return True
 
-    def clear_permissions(self, user: str, vhost: str) -> bool:
-        return users_mod.clear_permissions(self, user, vhost)
+    def clear_permissions(self, user: str, vhost: str, store: bool = True) -> bool:
+        return users_mod.clear_permissions(self, user, vhost, store)
 
     def event(self, key: str, props: dict) -> None:
         """An operator's change, to the event exchange when there is one (core/events.py)."""
         if self.events is not None:
             self.events.changed(key, props)
 
-    def delete_vhost(self, name: str) -> bool:
+    def delete_vhost(self, name: str, store: bool = True) -> bool:
         """Close its connections (320), drop its queues, exchanges and permissions."""
-        if not users_mod.delete_vhost(self, name):
+        if not users_mod.delete_vhost(self, name, store):
             return False
         if self.events is not None:
             self.events.vhost_event(False, name)
-        perms.forget_topic_permissions(self, vhost=name)
-        limits.forget_vhost(self, name)
+        perms.forget_topic_permissions(self, vhost=name, store=store)
+        limits.forget_vhost(self, name, store)
         return True
 
     def make_queue(self, vhost: VHost, name: str, durable: bool, owner, auto_delete: bool,

@@ -61,10 +61,11 @@ def set_vhost_limit(broker, vhost: str, name: str, value: int, store: bool = Tru
         broker.durability.vhost_limit_set(vhost, name, value)
 
 
-def clear_vhost_limit(broker, vhost: str, name: str) -> bool:
+def clear_vhost_limit(broker, vhost: str, name: str, store: bool = True) -> bool:
     if not _remove(broker.vhost_limits, vhost, name):
         return False
-    broker.durability.vhost_limit_cleared(vhost, name)
+    if store:
+        broker.durability.vhost_limit_cleared(vhost, name)
     return True
 
 
@@ -74,22 +75,23 @@ def set_user_limit(broker, user: str, name: str, value: int, store: bool = True)
         broker.durability.user_limit_set(user, name, value)
 
 
-def clear_user_limit(broker, user: str, name: str) -> bool:
+def clear_user_limit(broker, user: str, name: str, store: bool = True) -> bool:
     if not _remove(broker.user_limits, user, name):
         return False
-    broker.durability.user_limit_cleared(user, name)
+    if store:
+        broker.durability.user_limit_cleared(user, name)
     return True
 
 
-def forget_vhost(broker, vhost: str) -> None:
+def forget_vhost(broker, vhost: str, store: bool = True) -> None:
     """The vhost is deleted: its limits go with it (RabbitMQ clears its runtime parameters)."""
     for name in list(broker.vhost_limits.get(vhost, ())):
-        clear_vhost_limit(broker, vhost, name)
+        clear_vhost_limit(broker, vhost, name, store)
 
 
-def forget_user(broker, user: str) -> None:
+def forget_user(broker, user: str, store: bool = True) -> None:
     for name in list(broker.user_limits.get(user, ())):
-        clear_user_limit(broker, user, name)
+        clear_user_limit(broker, user, name, store)
 
 
 # -- enforcement ------------------------------------------------------------------------------------

@@ -276,7 +276,8 @@ def set_topic_permission(broker, user: str, vhost: str, exchange: str, write: st
     return was_new
 
 
-def clear_topic_permissions(broker, user: str, vhost: str, exchange: str | None = None) -> bool:
+def clear_topic_permissions(broker, user: str, vhost: str, exchange: str | None = None,
+                            store: bool = True) -> bool:
     """Remove one exchange's entry, or all of the user's in the vhost (False: there was none)."""
     key = (user, vhost)
     entries = broker.topic_permissions.get(key)
@@ -285,14 +286,16 @@ def clear_topic_permissions(broker, user: str, vhost: str, exchange: str | None 
     names = list(entries) if exchange is None else [exchange] if exchange in entries else []
     for name in names:
         del entries[name]
-        broker.durability.topic_permission_cleared(user, vhost, name)
+        if store:
+            broker.durability.topic_permission_cleared(user, vhost, name)
         broker.event("topic.permission.deleted", {"user": user, "vhost": vhost, "exchange": name})
     if not entries:
         del broker.topic_permissions[key]
     return bool(names) or exchange is not None
 
 
-def forget_topic_permissions(broker, *, user: str | None = None, vhost: str | None = None) -> None:
+def forget_topic_permissions(broker, *, user: str | None = None, vhost: str | None = None,
+                             store: bool = True) -> None:
     """A user or vhost is deleted: its topic permissions go with it (and from the store)."""
     for u, v in [k for k in broker.topic_permissions if k[0] == user or k[1] == vhost]:
-        clear_topic_permissions(broker, u, v)
+        clear_topic_permissions(broker, u, v, store=store)

@@ -20,6 +20,13 @@ from exchange_broker.protocol.errors import AMQPError
 if TYPE_CHECKING:
     from exchange_broker.core.ports import Waiter
 
+# What a queue type can do, asked by the channel, the admin API and the cluster instead of its class
+# (``QueueType.capabilities()``; RabbitMQ's ``rabbit_queue_type:capabilities``):
+HELD_HERE = "held_here"  # this node holds and delivers the queue's messages (every type but a
+#                          cluster's placeholder for a queue another node leads: cluster/remote.py)
+CANCEL_ON_TIMEOUT = "cancel_on_consumer_timeout"  # a consumer timeout cancels the consumer (basic.cancel,
+#                          to a client with consumer_cancel_notify) instead of closing its channel
+
 
 def delivery_guard(queue) -> Callable[[], bool] | None:
     """What a consumer (or basic.get) of ``queue`` asks before it takes a message: a cluster
@@ -27,14 +34,14 @@ def delivery_guard(queue) -> Callable[[], bool] | None:
     out) for a queue another node could take over (a durable queue it leads, not a placeholder);
     None for every other queue (transient ones die with their node: nobody else can deliver them)."""
     guard = queue.broker.delivery_guard
-    return guard if guard is not None and queue.durable and not queue.led_elsewhere else None
+    return guard if guard is not None and queue.durable and HELD_HERE in queue.capabilities() else None
 
 
 def dispatch_guarded(broker) -> int:
     """The guard says True again: every queue it may have held (durable, led here, consumed from)
     hands out what waited. Returns how many queues were asked to dispatch."""
     held = [q for vh in broker.vhosts.values() for q in list(vh.queues.values())
-            if q.durable and not q.led_elsewhere and q.consumers and not q.deleted]
+            if q.durable and HELD_HERE in q.capabilities() and q.consumers and not q.deleted]
     for q in held:
         q.dispatch()
     return len(held)
@@ -43,6 +50,7 @@ def dispatch_guarded(broker) -> int:
 class QueueType:
     queue_type = "classic"     # the x-queue-type name (admin API "type")
     pages_to_store = False     # ready messages page to the store past a window (durability.attach)
+    CAPABILITIES: frozenset[str] = frozenset({HELD_HERE})  # a type declares its own (the names above)
 
     def __init__(self, broker, vhost: str, name: str, durable: bool = False,
                  exclusive_owner: object = None, auto_delete: bool = False,
@@ -79,6 +87,10 @@ class QueueType:
         raise NotImplementedError
 
     # -- state ------------------------------------------------------------------------------------
+    def capabilities(self) -> frozenset[str]:
+        """What this queue can do (the names at the top of this module): asked instead of its type."""
+        return self.CAPABILITIES
+
     @property
     def exclusive(self) -> bool:
         return self.exclusive_owner is not None
@@ -174,9 +186,6 @@ class QueueType:
     def command_error(self) -> AMQPError:
         return AMQPError(INTERNAL_ERROR, f"{describe('queue', self.name, self.vhost)}: the command failed",
                          50, 0, hard=True)
-
-    # a cluster's placeholder for a queue another node leads (the admin API shows the leader's figures)
-    led_elsewhere = False
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def touch(self) -> None:

@@ -56,41 +56,46 @@ def _close_sessions(broker, pick, text: str) -> int:
     return n
 
 
-def delete_user(broker, name: str) -> bool:
-    """Remove a user and its permissions; its open connections get 320 (False: no such user)."""
+def delete_user(broker, name: str, store: bool = True) -> bool:
+    """Remove a user and its permissions; its open connections get 320 (False: no such user).
+    ``store`` False here and below: the change was written elsewhere (a cluster's node following
+    the store's definitions: ``cluster/definitions.py``)."""
     if broker.users.pop(name, None) is None:
         return False
     for key in [k for k in broker.permissions if k[0] == name]:
         del broker.permissions[key]
-    broker.durability.user_deleted(name)
+    if store:
+        broker.durability.user_deleted(name)
     n = _close_sessions(broker, lambda s: s.user == name, f"user '{name}' is deleted")
     log.info("user '%s' deleted (%d connections closed)", name, n)
     return True
 
 
-def clear_permissions(broker, user: str, vhost: str) -> bool:
+def clear_permissions(broker, user: str, vhost: str, store: bool = True) -> bool:
     if broker.permissions.pop((user, vhost), None) is None:
         return False
-    broker.durability.permission_cleared(user, vhost)
+    if store:
+        broker.durability.permission_cleared(user, vhost)
     broker.event("permission.deleted", {"user": user, "vhost": vhost})
     return True
 
 
-def delete_vhost(broker, name: str) -> bool:
+def delete_vhost(broker, name: str, store: bool = True) -> bool:
     """Close the vhost's connections (320), drop its queues, exchanges and permissions."""
     vh = broker.vhosts.get(name)
     if vh is None:
         return False
     n = _close_sessions(broker, lambda s: s.vhost is vh, f"vhost '{name}' is deleted")
     for q in list(vh.queues.values()):
-        vh.remove_queue(q)
+        vh.remove_queue(q, store)
     for ex in list(vh.exchanges.values()):
         if ex.name and not ex.name.startswith("amq.") and ex.name in vh.exchanges:
-            vh._remove_exchange(ex)
+            vh._remove_exchange(ex, store)
     del broker.vhosts[name]
     for key in [k for k in broker.permissions if k[1] == name]:
         del broker.permissions[key]
-    broker.durability.vhost_deleted(name)  # the store drops the vhost's rows: queues, messages, bindings, permissions
+    if store:  # the store drops the vhost's rows: queues, messages, bindings, permissions
+        broker.durability.vhost_deleted(name)
     log.info("vhost '%s' deleted (%d connections closed)", name, n)
     return True
 

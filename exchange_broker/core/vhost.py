@@ -201,9 +201,11 @@ class VHost:
                             hard=False)
         self._remove_exchange(ex)
 
-    def _remove_exchange(self, ex: Exchange) -> None:
+    def _remove_exchange(self, ex: Exchange, store: bool = True) -> None:
+        """``store`` False: the deletion was written elsewhere (``remove_queue``); what the type
+        owns (a super stream's partitions) then goes with the definitions that follow."""
         kind = routing.TYPES.get(ex.type)
-        if kind is not None:
+        if kind is not None and store:
             kind.deleting(self, ex)  # what the type owns goes too (a super stream's partitions)
         del self.exchanges[ex.name]
         if ex.index.wants_headers:
@@ -214,16 +216,16 @@ class VHost:
         for other in list(self.exchanges.values()):
             if other.index.has_destination(dest):
                 other.index.remove_destination(dest)
-                self._maybe_auto_delete(other)
-        if ex.durable or self.broker.definitions_shared:
+                self._maybe_auto_delete(other, store)
+        if store and (ex.durable or self.broker.definitions_shared):
             self.broker.durability.exchange_deleted(ex)
         self.broker.on_exchange_deleted(ex)
         if self.broker.events is not None:
             self.broker.events.exchange_deleted(ex)
 
-    def _maybe_auto_delete(self, ex: Exchange) -> None:
+    def _maybe_auto_delete(self, ex: Exchange, store: bool = True) -> None:
         if ex.auto_delete and not len(ex.index) and ex.name in self.exchanges:
-            self._remove_exchange(ex)
+            self._remove_exchange(ex, store)
 
     def bindings(self) -> list[tuple[str, str, str, str, dict]]:
         """All bindings: (source, destination_type, destination, routing_key, arguments)."""
@@ -389,7 +391,10 @@ class VHost:
                             hard=False)
         return self.remove_queue(q)
 
-    def remove_queue(self, q: QueueType) -> int:
+    def remove_queue(self, q: QueueType, store: bool = True) -> int:
+        """Remove ``q`` (and exchanges auto-deleted with it). ``store`` False: nothing is written,
+        the deletion was written elsewhere (a cluster's placeholder, once the queue's leader deleted
+        it: ``cluster/remote.py``)."""
         if q.deleted:
             return 0
         count = q.message_count
@@ -399,9 +404,9 @@ class VHost:
         for ex in list(self.exchanges.values()):
             if ex.index.has_destination(dest):
                 ex.index.remove_destination(dest)
-                self._maybe_auto_delete(ex)
+                self._maybe_auto_delete(ex, store)
         self.broker.on_queue_deleted(q)
-        if q.durable or self.broker.definitions_shared:
+        if store and (q.durable or self.broker.definitions_shared):
             self.broker.durability.queue_deleted(q)
         if self.broker.events is not None:
             self.broker.events.queue_deleted(q)

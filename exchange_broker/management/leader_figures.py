@@ -18,6 +18,7 @@ import asyncio
 import http.client
 from urllib.parse import quote
 
+from exchange_broker.core.queue import HELD_HERE
 from exchange_broker.management.peer_http import peer_request
 
 LOCAL = "x-exchange-broker-leader-figures"  # set on the requests a node sends to a queue's leader
@@ -42,12 +43,12 @@ async def fill(ctx, request, infos: list[dict], queues: list) -> None:
         return
     members = sorted(getattr(cluster, "members", {}) or {cluster.name: ""})
     for info, q in zip(infos, queues):
-        leader = (q.leader or "") if getattr(q, "led_elsewhere", False) else cluster.name
+        leader = cluster.name if HELD_HERE in q.capabilities() else (q.leader or "")
         info["leader"] = info["node"] = leader or "unknown"
         info["members"] = members
     if request.headers.get(LOCAL) is not None:
         return
-    remote = [(info, q) for info, q in zip(infos, queues) if getattr(q, "led_elsewhere", False)]
+    remote = [(info, q) for info, q in zip(infos, queues) if HELD_HERE not in q.capabilities()]
     if not remote:
         return
     try:

@@ -17,6 +17,7 @@ from fastapi.responses import StreamingResponse
 
 from persistence.stream_chunks import frame
 
+from exchange_broker.core.queue import HELD_HERE
 from exchange_broker.management.common import (READ, AdminContext, Principal, bad_request, check_resource,
                                                 find_vhost, is_stream, not_found)
 from exchange_broker.management.web import Ctx, Who, json_object, no_content, u
@@ -33,7 +34,7 @@ def find_stream(ctx: AdminContext, vhost: str, name: str):
     if not is_stream(q):
         raise bad_request(f"queue '{name}' in vhost '{vhost}' is not a stream queue: "
                           f"queue '{name}' in vhost '{vhost}' is not a stream")
-    if q.led_elsewhere:  # a cluster: the stream's log and offsets are served by its leader's admin API
+    if HELD_HERE not in q.capabilities():  # a cluster: its log and offsets are served by its leader's admin API
         raise bad_request(f"stream '{name}' in vhost '{vhost}' is led by node '{q.leader}': ask that node's "
                           f"admin API (exchange-broker cluster status lists it)")
     return q

@@ -26,6 +26,7 @@ from typing import Iterable
 
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import describe
+from exchange_broker.core.queue import CANCEL_ON_TIMEOUT
 from exchange_broker.core.queue_args import amqp_type, parse_queue_arguments
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.constants import NOT_IMPLEMENTED, PRECONDITION_FAILED
@@ -95,7 +96,8 @@ class QuorumQueue(ClassicQueue):
     rabbit_type = "rabbit_quorum_queue"
     queue_type = "quorum"
     stores_all = True  # transient publishes are stored too (classic.enqueue)
-    cancels_on_timeout = True  # RabbitMQ 4.3: a consumer timeout cancels the consumer (connection/timeouts.py)
+    # RabbitMQ 4.3: a consumer timeout cancels the consumer (connection/timeouts.py)
+    CAPABILITIES = ClassicQueue.CAPABILITIES | {CANCEL_ON_TIMEOUT}
 
     def __init__(self, broker, vhost: str, name: str, arguments: dict, options,
                  delivery_limit: int | None, strategy: str) -> None:
