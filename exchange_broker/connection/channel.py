@@ -120,6 +120,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         unacked = self.unacked
         now = None if no_ack else sess.broker.clock.time()  # the consumer timeout's start
         traced = sess.vhost.tracing  # the firehose (deliver.<queue>) after each message's frames
+        single = len(msgs) == 1
         tag = self.next_tag
         parts: list[bytes] = []
         exchange = key = props = body_size = again = before = after = None
@@ -131,7 +132,10 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 key_sh = SHORT_STRINGS.get(key) or codec.short_cached(key)
                 props = None  # the template holds them
             body = msg.body
-            if msg.properties is props and len(body) == body_size and msg.redelivered is again:
+            if single:  # nothing to reuse a template for
+                parts += deliver_frames(number, tag_sh, tag, msg.redelivered, exchange_sh, key_sh,
+                                        msg.properties, body, frame_max)
+            elif msg.properties is props and len(body) == body_size and msg.redelivered is again:
                 parts += (before, tag.to_bytes(8, "big"), after, body, FRAME_END_BYTE)
             else:  # a new shape: its frames made whole, and kept as a template for what follows
                 props, body_size, again = msg.properties, len(body), msg.redelivered
