@@ -28,7 +28,7 @@ from persistence.delayed_lease import DelayedLease
 
 from exchange_broker.cluster.links import spawn
 from exchange_broker.cluster.node import beat_forever
-from exchange_broker.cluster.remote import address_of
+from exchange_broker.cluster.remote import address_of, forwarded_by_node
 from exchange_broker.core.ports import Waiter
 
 log = logging.getLogger("exchange_broker.cluster")
@@ -100,8 +100,7 @@ class DelayedLeader:
         w = Waiter()
         leader = self.leader
         address = address_of(leader) if leader is not None and leader.node != self.node.name else None
-        if address is None or (publisher is not None and
-                               self.broker.is_link_user(getattr(publisher, "user", None) or "")):
+        if address is None or forwarded_by_node(self.broker, publisher):
             w.fire(False)  # no delayed leader known yet, or forwarded here by a node with an old view
             return w
         return self.node.links.forwarder(address, vhost.name).publish(msg.routing_key, msg.properties, msg.body,

@@ -59,6 +59,18 @@ def address_of(leader) -> Address | None:
     return Address(host.strip("[]"), int(port))
 
 
+def forwarded_by_node(broker, publisher) -> bool:
+    """The publisher is another node's link (what it forwards is never forwarded again). A
+    connection knows it from its login, once (``Session.from_link``); any other publisher is
+    asked by its user name."""
+    if publisher is None:
+        return False
+    known = getattr(publisher, "from_link", None)
+    if known is not None:
+        return known
+    return broker.is_link_user(getattr(publisher, "user", None) or "")
+
+
 class RemoteQueue(QueueType):
     CAPABILITIES: frozenset[str] = frozenset()  # not held here: its messages are the leader's
 
@@ -104,11 +116,11 @@ class RemoteQueue(QueueType):
         properties (``expiration``), the queue's own TTL applies on the leader."""
         msg.queue = self
         self.stats_published += 1
-        if self.address is None or (publisher is not None and  # no live leader yet (a failover or a move
-                                    self.broker.is_link_user(getattr(publisher, "user", None) or "")):
-            # is under way), or forwarded here by a node that thinks this one leads it (it moved
-            # meanwhile): a nack, never a second hop (two placeholders forwarding to each other
-            # while a move is under way would each wait for the other's confirm)
+        if self.address is None or forwarded_by_node(self.broker, publisher):
+            # no live leader yet (a failover or a move is under way), or forwarded here by a node
+            # that thinks this one leads it (it moved meanwhile): a nack, never a second hop (two
+            # placeholders forwarding to each other while a move is under way would each wait for
+            # the other's confirm)
             w = Waiter()
             w.fire(False)
             return w

@@ -74,6 +74,7 @@ class Session(Credentials, BackPressure):
         self.channels: dict[int, Channel] = {}
         self.vhost = None
         self.user: str | None = None
+        self.from_link = False     # logged in as the cluster's link user (another node forwards): set once
         self.principal = None      # the user publishes are checked against (message.from_wire)
         self.auth_user = None      # core/auth_backends.AuthenticatedUser, once logged in
         self.authz = None          # an external backend's grants (None: the broker's tables)
@@ -278,6 +279,7 @@ class Session(Credentials, BackPressure):
             elif t is ev.Opened:
                 self.vhost = self.broker.vhosts[event.vhost]
                 self.user = event.user
+                self.from_link = self.broker.is_link_user(event.user)
                 # the cluster's link user republishes what other nodes checked: it is not checked;
                 # a user of another backend (OAuth 2.0, LDAP) has the tags it logged in with
                 if self.broker.is_internal_user(event.user):  # the cluster's nodes, the movers

@@ -271,6 +271,28 @@ def test_leader_stopped_publisher_gets_nacks_consumer_cancelled(cluster):
     assert err.value.reply_code == 404 and "node-b" in err.value.reply_text
 
 
+def test_a_publish_from_another_nodes_link_is_nacked_not_forwarded(cluster):
+    """A connection logged in as the cluster's link user is known as one from its login on
+    (``Session.from_link``, read once): its publishes to a placeholder are nacked, never forwarded
+    a second time; a client's publishes on the same node are forwarded as ever."""
+    q = uniq("remote")
+    cluster.leader_queue(q)
+    cluster.a.call(lambda: setattr(cluster.a.broker, "link_login", ("node-link", "link-secret")))
+    link = pika_connect(cluster.a.port, user="node-link", password="link-secret")
+    cluster.conns.append(link)
+    sessions = cluster.a.call(lambda: sorted((s.user, s.from_link) for s in cluster.a.broker.sessions))
+    assert ("node-link", True) in sessions
+    ch = link.channel()
+    ch.confirm_delivery()
+    for i in range(3):  # each nacked at once (a second hop would wait for the other node)
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("", q, b"second hop %d" % i, PERSISTENT)
+    pub = cluster.connect(cluster.a).channel()
+    pub.confirm_delivery()
+    pub.basic_publish("", q, b"from a client", PERSISTENT)
+    assert [body for body, _r in cluster.drain_b(q)] == [b"from a client"]
+
+
 def test_fanout_to_two_placeholders_confirms_only_when_both_leaders_acked(cluster):
     q1, q2, local, ex = uniq("remote"), uniq("remote"), uniq("local"), uniq("fan")
     cluster.leader_queue(q1)
