@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections import deque
 
+from exchange_broker.queue_types.ready import RUN_BYTES, RUN_COUNT, take_run
 from exchange_broker.client import Channel, ClientError
 from exchange_broker.cluster.links import spawn
 from exchange_broker.core.message import Message
@@ -203,10 +204,15 @@ class Relay(Holder):
     def pump(self) -> None:
         """Hand buffered deliveries to the local consumer while it has credit."""
         c, buf, q = self.consumer, self.buffer, self.queue
+        run_sink = c.deliver_run
         while buf and c.active and not self.stopping and c.can_take():
-            msg = buf.popleft()
-            q.stats_delivered += 1
-            c.deliver(msg)
+            if run_sink is not None:  # as many as it may take, at once
+                run = take_run(buf, min(RUN_COUNT, c.room()), RUN_BYTES)[0]
+                q.stats_delivered += len(run)
+                run_sink(run)
+            else:
+                q.stats_delivered += 1
+                c.deliver(buf.popleft())
 
     # -- stopping ---------------------------------------------------------------------------------
     def stop(self) -> None:
