@@ -12,7 +12,6 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
@@ -91,8 +90,9 @@ class SqlStore(SqlDefinitions, SqlMessages, SqlStreamLog, SqlDelayed):
         if not migrate_schema:
             return
         with self._write() as conn:
-            migrate.upgrade_connection(conn, "head")
-            self.schema_revision = MigrationContext.configure(conn).get_current_revision()
+            if not migrate.is_at_head(conn):  # (alembic is imported only to migrate)
+                migrate.upgrade_connection(conn, "head")
+            self.schema_revision = ",".join(sorted(migrate.stored_revisions(conn))) or None
 
     def close(self) -> None:
         if self._engine is not None:

@@ -37,11 +37,12 @@ def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
         started.append(node)
         return node.start_node()
 
-    def together(*specs: tuple[str, ...]) -> list[NodeProcess]:
+    def together(*specs: tuple[str, ...], urls: list[str] | None = None) -> list[NodeProcess]:
         """nodes.together(("n1", *extra), ("n2", *extra), ...) -> those nodes, started at once:
         peers (``--cluster-mode leaders``: they migrate the store one at a time), or standbys of
-        an active node that runs already."""
-        batch = [NodeProcess(workdir, cluster_url, *spec) for spec in specs]
+        an active node that runs already. ``urls``: each node's way to the database, in order
+        (a proxy each, a multi-host URL), instead of ``cluster_url``."""
+        batch = [NodeProcess(workdir, url, *spec) for spec, url in zip(specs, urls or [cluster_url] * len(specs))]
         started.extend(batch)
         for node in batch:
             node.launch()

@@ -27,12 +27,10 @@ pytestmark = pytest.mark.slow
 def proxied_three(nodes, cluster_url, tcp_proxy):
     db = parse(cluster_url)
     host, port = db.hosts[0].rsplit(":", 1)
-    started = []
-    for name in ("n1", "n2", "n3"):
-        proxy = tcp_proxy(host, int(port))
-        url = f"postgresql://{db.param('user')}@{proxy.address}/{db.param('dbname')}"
-        started.append((nodes(name, *LEADERS, url=url), proxy))
-    return started
+    proxies = [tcp_proxy(host, int(port)) for _ in range(3)]
+    urls = [f"postgresql://{db.param('user')}@{proxy.address}/{db.param('dbname')}" for proxy in proxies]
+    started = nodes.together(("n1", *LEADERS), ("n2", *LEADERS), ("n3", *LEADERS), urls=urls)  # at once: peers
+    return list(zip(started, proxies))
 
 
 def declare_on(node, queue: str) -> None:

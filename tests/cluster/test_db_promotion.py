@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_cluster_rides_through_a_promotion_of_its_standby(nodes, pg_pair):
-    started = [nodes(name, *LEADERS, url=pg_pair.url) for name in ("n1", "n2", "n3")]
+    started = nodes.together(*[(name, *LEADERS) for name in ("n1", "n2", "n3")], urls=[pg_pair.url] * 3)  # peers
     conn = pika_connect(started[0].port)
     conn.channel().queue_declare("promoted", durable=True)
     conn.close()

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from cluster_support import drain
-from test_leaders import LEADERS as LEADERS_MODE, known_on
+from test_leaders import LEADERS as LEADERS_MODE, bindings_on, known_on
 
 from eb_support import pika_connect, wait_until
 
@@ -60,7 +60,7 @@ def test_delayed_messages_fire_once_and_survive_the_firing_nodes_death(nodes, cl
     ch.queue_bind("fired", "later", "k")
     conn.close()
     assert wait_until(lambda: known_on(firing, "fired"), timeout=20)
-    time.sleep(1)  # the binding reaches the firing node with the definitions
+    assert wait_until(lambda: bindings_on(firing, "later") == 1, timeout=20)  # the binding reached it too
     started = time.monotonic()
     publish_delayed(other.port, b"soon", 1500)  # forwarded to the firing node, stored there
     publish_delayed(firing.port, b"there", 1500)  # held where it was published

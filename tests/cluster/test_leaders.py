@@ -281,9 +281,7 @@ def test_the_balanced_locator_spreads_queues_declared_on_one_node(nodes, cluster
     """Every client on n1 (as behind one address): with --queue-leader-locator balanced the queues are
     led by the node leading the fewest; each is usable as soon as its declare-ok came."""
     balanced = (*LEADERS, "--queue-leader-locator", "balanced")
-    n1 = nodes("n1", *balanced)
-    nodes("n2", *balanced)
-    n3 = nodes("n3", *balanced)
+    n1, _n2, n3 = nodes.together(("n1", *balanced), ("n2", *balanced), ("n3", *balanced))  # at once: peers
     conn = pika_connect(n1.port)
     try:
         ch = conn.channel()

@@ -61,7 +61,7 @@ def test_a_shovel_runs_on_one_node_and_moves_when_it_dies(nodes, workdir):
     (workdir / "ends").mkdir()
     ends = SubprocessBroker(workdir / "ends").start()
     try:
-        n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+        n1, n2 = nodes.together(("n1", *LEADERS), ("n2", *LEADERS))  # at once: peers
         publish(ends.port, "src", N)
         value = {"src-uri": f"amqp://guest:guest@127.0.0.1:{ends.port}", "src-queue": "src",
                  "dest-uri": f"amqp://guest:guest@127.0.0.1:{ends.port}", "dest-queue": "dst",
@@ -133,7 +133,7 @@ def test_a_federation_link_runs_on_one_node_and_moves_when_it_dies(nodes, workdi
     up = SubprocessBroker(workdir / "up").start()
     try:
         same_name = ("--cluster-name", "fed-cluster")
-        n1, n2 = nodes("n1", *LEADERS, *same_name), nodes("n2", *LEADERS, *same_name)
+        n1, n2 = nodes.together(("n1", *LEADERS, *same_name), ("n2", *LEADERS, *same_name))  # peers
         conn = pika_connect(n1.port)
         try:
             ch = conn.channel()

@@ -22,8 +22,7 @@ def test_persistent_session_is_found_on_another_node(nodes):
     p1, p2 = steady_port(), steady_port()
     # no failover is tested here: a generous timeout, so a loaded machine does not evict a node
     slow = ("--cluster-mode", "leaders", "--cluster-heartbeat", "1", "--cluster-failover-timeout", "20")
-    n1 = nodes("m1", *slow, "--mqtt-port", str(p1))
-    n2 = nodes("m2", *slow, "--mqtt-port", str(p2))
+    n1, n2 = nodes.together(("m1", *slow, "--mqtt-port", str(p1)), ("m2", *slow, "--mqtt-port", str(p2)))  # peers
     assert n1.alive() and n2.alive()
     device = Paho(p1, "roaming", clean=False)
     assert device.subscribe("fleet/roaming/#", 1)[0].value == 1

@@ -31,8 +31,7 @@ def _kept() -> Properties:
 def test_takeover_closes_the_older_connection_on_the_other_node(nodes):
     p1, p2 = steady_port(), steady_port()
     slow = ("--cluster-mode", "leaders", "--cluster-heartbeat", "1", "--cluster-failover-timeout", "20")
-    n1 = nodes("t1", *slow, "--mqtt-port", str(p1))
-    n2 = nodes("t2", *slow, "--mqtt-port", str(p2))
+    n1, n2 = nodes.together(("t1", *slow, "--mqtt-port", str(p1)), ("t2", *slow, "--mqtt-port", str(p2)))  # peers
     assert n1.alive() and n2.alive()
     made: list[Paho] = []
 
@@ -79,9 +78,8 @@ def test_takeover_closes_the_older_connection_on_the_other_node(nodes):
 def test_takeover_between_two_nodes_that_do_not_lead_the_queue(nodes):
     p1, p2, p3 = steady_port(), steady_port(), steady_port()
     slow = ("--cluster-mode", "leaders", "--cluster-heartbeat", "1", "--cluster-failover-timeout", "20")
-    n1 = nodes("u1", *slow, "--mqtt-port", str(p1))
-    n2 = nodes("u2", *slow, "--mqtt-port", str(p2))
-    n3 = nodes("u3", *slow, "--mqtt-port", str(p3))
+    n1, n2, n3 = nodes.together(("u1", *slow, "--mqtt-port", str(p1)), ("u2", *slow, "--mqtt-port", str(p2)),
+                                ("u3", *slow, "--mqtt-port", str(p3)))  # at once: peers
     assert n1.alive() and n2.alive() and n3.alive()
     made: list[Paho] = []
 

@@ -23,7 +23,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 def test_nodes_see_each_other_and_a_standby_takes_over_from_a_killed_active(nodes, cluster_url):
     n1 = nodes("n1")
     assert n1.is_active()
-    n2, n3 = nodes("n2"), nodes("n3")
+    n2, n3 = nodes.together(("n2",), ("n3",))  # two standbys of n1, started at once
     assert not n2.is_active() and not n3.is_active()
     bodies = [f"m{i}".encode() for i in range(20)]
     publish_confirmed(n1.port, "work", bodies)

@@ -25,7 +25,7 @@ def api(node, path: str, method: str = "GET"):
 
 
 def test_any_node_shows_the_leaders_counts_and_purges(nodes):
-    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    n1, n2 = nodes.together(("n1", *LEADERS), ("n2", *LEADERS))  # at once: peers
     publish_confirmed(n1.port, "counted", [f"m{i}".encode() for i in range(7)])
     assert wait_until(lambda: known_on(n2, "counted"), timeout=20)
     holder = pika_connect(n1.port)  # two deliveries held unacked on the leader
@@ -128,7 +128,7 @@ def progressed(publishers, consumers, n: int = 30):
 
 @pytest.mark.slow
 def test_rebalance_and_drain_under_load_lose_nothing(nodes, cluster_url):
-    n1, n2, n3 = (nodes(name, *LEADERS) for name in ("n1", "n2", "n3"))
+    n1, n2, n3 = nodes.together(*[(name, *LEADERS) for name in ("n1", "n2", "n3")])  # at once: peers
     ports = [n1.port, n2.port, n3.port]
     for queue in ("load-a", "load-b"):  # both led by n1
         publish_confirmed(n1.port, queue, [])
@@ -170,7 +170,7 @@ def test_a_forwarded_publish_is_never_forwarded_again(nodes, cluster_url):
     gets that nack although the queue decided it before the publish returned."""
     from persistence.cluster_leaders import LeadersStore
     from persistence.cluster_store import ClusterStore
-    n1, n2 = nodes("n1", *LEADERS), nodes("n2", *LEADERS)
+    n1, n2 = nodes.together(("n1", *LEADERS), ("n2", *LEADERS))  # at once: peers
     publish_confirmed(n1.port, "led-by-n1", [b"first"])
     assert wait_until(lambda: known_on(n2, "led-by-n1"), timeout=20)
     store = ClusterStore(cluster_url)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
@@ -7,7 +9,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
-from eb_support import table_names
+from eb_support import REPO, subprocess_env, table_names
 from persistence import SqlStore, migrate
 from persistence.models import Base
 
@@ -74,6 +76,30 @@ def test_store_open_applies_migrations_and_is_idempotent(db_url, tmp_path, monke
     again.open()
     again.close()
     assert migrate.current(db_url) == _head()
+
+
+def test_the_heads_read_without_alembic_are_alembics(db_url):
+    assert migrate.head_revisions() == {_head()}
+    store = SqlStore(db_url)
+    try:
+        store.open()
+        with store.engine.connect() as conn:
+            assert migrate.is_at_head(conn)
+        assert store.schema_revision == _head()
+    finally:
+        store.close()
+
+
+def test_a_store_at_the_newest_revision_opens_without_importing_alembic(tmp_path):
+    url = f"sqlite:///{tmp_path / 'broker.db'}"
+    opened = ("import sys; from persistence.sql_store import SqlStore; s = SqlStore(sys.argv[1]); s.open(); "
+              "s.close(); print(s.schema_revision, 'alembic' in sys.modules)")
+    run = [sys.executable, "-c", opened, url]
+    env = subprocess_env()
+    first = subprocess.run(run, capture_output=True, text=True, timeout=60, cwd=str(REPO), env=env)
+    assert first.stdout.split() == [_head(), "True"], first.stderr  # a new store: migrated
+    again = subprocess.run(run, capture_output=True, text=True, timeout=60, cwd=str(REPO), env=env)
+    assert again.stdout.split() == [_head(), "False"], again.stderr
 
 
 def test_sqlite_file_is_created_in_data_dir(tmp_path):
