@@ -105,12 +105,12 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         return partial(self._deliver_run, consumer)
 
     def _deliver(self, consumer: Consumer, msg: Message) -> int:
-        self._deliver_run(consumer, (msg,))
-        return self.next_tag - 1
+        return self._deliver_run(consumer, (msg,))[0]
 
-    def _deliver_run(self, consumer: Consumer, msgs) -> None:
+    def _deliver_run(self, consumer: Consumer, msgs):
         """basic.deliver of ``msgs`` (of one queue, in order) to ``consumer``: settled as they
-        leave (no-ack) or awaiting their acks; the lookups and counters done once per run."""
+        leave (no-ack) or awaiting their acks; the lookups and counters done once per run.
+        Returns their delivery tags."""
         sess = self.session
         conn = sess.conn
         number, tag_sh, frame_max = self.number, consumer.tag_sh, conn.frame_max
@@ -121,7 +121,8 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         now = None if no_ack else sess.broker.clock.time()  # the consumer timeout's start
         traced = sess.vhost.tracing  # the firehose (deliver.<queue>) after each message's frames
         single = len(msgs) == 1
-        tag = self.next_tag
+        tag = first = self.next_tag
+        tags = [] if traced else None  # (a traced run's tags need not follow each other)
         parts: list[bytes] = []
         exchange = key = props = body_size = again = before = after = None
         size = redelivered = 0
@@ -149,6 +150,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                     before, after = template
                     parts += (before, tag.to_bytes(8, "big"), after, body, FRAME_END_BYTE)
             if traced:
+                tags.append(tag)
                 conn.send_parts(parts)
                 parts = []
                 self.next_tag = tag + 1
@@ -183,6 +185,7 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
             sess.writable = False  # resumes after the next flush
         if not sess.dirty:
             sess.mark_dirty()
+        return tags if traced else range(first, tag)
 
     def _track_get(self, tag: int, msg: Message, no_ack: bool) -> None:
         """After a get-ok: settle it, or await its ack (no consumer's prefetch counts it).

@@ -15,7 +15,7 @@ committed.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 
 class Connection(Protocol):
@@ -67,9 +67,10 @@ class Consumer(Protocol):
     def deliver(self, msg) -> int:
         """Send ``msg``; returns its delivery tag."""
 
-    deliver_run: "Callable[[list], None] | None"
+    deliver_run: "Callable[[list], Sequence[int]] | None"
     """Send several messages of one queue at once (no more than ``room()`` after ``can_take``
-    said yes; its output budget is checked again after the run); None: one at a time."""
+    said yes; its output budget is checked again after the run); returns their delivery tags.
+    None: one at a time."""
 
     def room(self) -> int:
         """How many messages it may take now (``deliver_run`` consumers only)."""

@@ -65,6 +65,7 @@ from exchange_broker.queue_types.stream_args import (CONSUMER_NAME_ARG, _norm,
                                                      parse_offset_spec)
 from exchange_broker.queue_types.stream_delivery import _OffsetDelivery, _delivery, _find_seq_at_time
 from exchange_broker.queue_types import stream_filter
+from exchange_broker.queue_types.ready import RUN_COUNT
 from exchange_broker.queue_types.stream_retention import Retention
 from exchange_broker.queue_types.stream_store import StoredLog
 
@@ -401,11 +402,12 @@ class StreamQueue(StoredLog, Retention, QueueType):
 
     # -- delivery -----------------------------------------------------------------------------------
     def _pump(self, r: Reader) -> None:
-        """Deliver to one consumer from its cursor while it has credit."""
+        """Deliver to one consumer from its cursor while it has credit (in runs if it takes them)."""
         c = r.consumer
         if self.deleted or not c.active:
             return
         can_take = c.can_take
+        run_sink = c.deliver_run
         deliver = c.deliver
         push = r.inflight.append
         tail = self.tail
@@ -415,9 +417,18 @@ class StreamQueue(StoredLog, Retention, QueueType):
         if cur < self.first_offset:
             cur = self.first_offset
         min_ts = r.min_ts
-        blk = None
-        blk_start = blk_end = sent = 0
-        while cur < end and can_take():
+        blk, blk_start, blk_end, sent = None, 0, 0, 0
+        run, offsets, room = [], [], 0
+        while cur < end:
+            if not room:  # the run so far goes out; how many more may go?
+                if run:
+                    for pair in zip(run_sink(run), offsets):
+                        push(pair)
+                    sent += len(run)
+                    run, offsets = [], []
+                if not can_take():
+                    break
+                room = min(RUN_COUNT, c.room()) if run_sink is not None else 1
             if cur >= base:
                 msg = tail[cur - base]
                 if type(msg) is not _OffsetDelivery:  # as appended: never deliver that one (stored)
@@ -429,8 +440,7 @@ class StreamQueue(StoredLog, Retention, QueueType):
                     r.cursor = cur
                     got = self._block(cur, r)
                     if got is None:  # being read back; the read's completion pumps again
-                        self.stats_delivered += sent
-                        return
+                        break
                     blk, blk_start, blk_end = got
                 msg = blk[cur - blk_start]
                 if msg is None:  # no row (a failed write): skip the offset
@@ -444,9 +454,18 @@ class StreamQueue(StoredLog, Retention, QueueType):
             if r.filter is not None and not stream_filter.wanted(r.filter, msg.properties):
                 cur += 1
                 continue
-            sent += 1
-            push((deliver(msg), cur))
+            if run_sink is None:
+                push((deliver(msg), cur))
+                sent += 1
+            else:
+                run.append(msg)
+                offsets.append(cur)
+            room -= 1
             cur += 1
+        if run:
+            for pair in zip(run_sink(run), offsets):
+                push(pair)
+            sent += len(run)
         r.cursor = cur
         self.stats_delivered += sent
 
