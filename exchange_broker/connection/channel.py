@@ -131,21 +131,21 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
                 exchange, key = msg.exchange, msg.routing_key
                 exchange_sh = SHORT_STRINGS.get(exchange) or codec.short_cached(exchange)
                 key_sh = SHORT_STRINGS.get(key) or codec.short_cached(key)
-                props = None  # the template holds them
+                props = before = None  # a template for this exchange and key
             body = msg.body
-            if single:  # nothing to reuse a template for
+            if before is not None and msg.properties is props and len(body) == body_size and \
+                    msg.redelivered is again:
+                parts += (before, tag.to_bytes(8, "big"), after, body, FRAME_END_BYTE)
+            elif single or props is not None:  # one message, or not the shape of the run's first
                 parts += deliver_frames(number, tag_sh, tag, msg.redelivered, exchange_sh, key_sh,
                                         msg.properties, body, frame_max)
-            elif msg.properties is props and len(body) == body_size and msg.redelivered is again:
-                parts += (before, tag.to_bytes(8, "big"), after, body, FRAME_END_BYTE)
-            else:  # a new shape: its frames made whole, and kept as a template for what follows
+            else:  # the run's first message: a template for those that share its shape
                 props, body_size, again = msg.properties, len(body), msg.redelivered
                 template = deliver_template(number, tag_sh, again, exchange_sh, key_sh, props,
                                             body_size, frame_max)
                 if template is None:
-                    props = None
-                    parts += deliver_frames(number, tag_sh, tag, again, exchange_sh, key_sh,
-                                            msg.properties, body, frame_max)
+                    parts += deliver_frames(number, tag_sh, tag, again, exchange_sh, key_sh, props,
+                                            body, frame_max)
                 else:
                     before, after = template
                     parts += (before, tag.to_bytes(8, "big"), after, body, FRAME_END_BYTE)
