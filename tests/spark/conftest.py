@@ -34,8 +34,13 @@ def spark():
 
     from spark_integration import register
 
+    # the JVM's temporary files (native libraries it unpacks, its artifacts-* directory) in a
+    # directory of the run's own, removed at the end: java.io.tmpdir would leave them in /tmp
+    scratch = tempfile.mkdtemp(prefix="eb-spark-")
     session = (SparkSession.builder
                .master("local[2]")
+               .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={scratch}")
+               .config("spark.local.dir", f"{scratch}/local")
                .appName("spark-integration-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -52,6 +57,7 @@ def spark():
     for q in session.streams.active:
         q.stop()
     session.stop()
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture
