@@ -201,24 +201,30 @@ class ServerConnection(Outbox, ConnectionClassMethods):
             publish_cache = self._publish_cache
             header_cache = self._header_cache
             last = self._last_publish
+            pending = None  # a whole publish just read: joins the batch at the top of the loop
             try:
-                while n - pos >= 7:
+                while True:
+                    if pending is not None:
+                        # publishes in a row on one channel go up together (nothing is
+                        # answered between them, so the order of replies holds)
+                        if batch and batch[0].channel != pending.channel:
+                            yield _publishes(batch)
+                            batch = []
+                        batch.append(pending)
+                        pending = None
+                        if len(batch) >= PUBLISH_BATCH:
+                            yield _publishes(batch)
+                            batch = []
+                    if n - pos < 7:
+                        break
                     # the hottest path: the same publish as the last one but for its body (the
                     # method, content header and body frame header known byte for byte)
                     if last is not None and src.startswith(last[0], pos) and self.state == "opened":
                         end = pos + len(last[0]) + last[8]
                         if end < n and src[end] == FRAME_END and channels.get(last[1], False) is None:
-                            channel = last[1]
-                            event = ev.Publish(channel, last[2], last[3], last[4], last[5], last[6],
-                                               src[end - last[8]:end], last[7])
+                            pending = ev.Publish(last[1], last[2], last[3], last[4], last[5], last[6],
+                                                 src[end - last[8]:end], last[7])
                             pos = end + 1
-                            if batch and batch[0].channel != channel:
-                                yield _publishes(batch)
-                                batch = []
-                            batch.append(event)
-                            if len(batch) >= PUBLISH_BATCH:
-                                yield _publishes(batch)
-                                batch = []
                             continue
                     start = pos
                     ftype, channel, size = _FRAME_HDR.unpack_from(src, pos)
@@ -273,15 +279,7 @@ class ServerConnection(Outbox, ConnectionClassMethods):
                                 continue
                             event = out.pop()  # at most one: the publish, or a too-large refusal
                         if type(event) is ev.Publish:
-                            # publishes in a row on one channel go up together (nothing is
-                            # answered between them, so the order of replies holds)
-                            if batch and batch[0].channel != channel:
-                                yield _publishes(batch)
-                                batch = []
-                            batch.append(event)
-                            if len(batch) >= PUBLISH_BATCH:
-                                yield _publishes(batch)
-                                batch = []
+                            pending = event
                             continue
                         if event is not None:
                             if batch:
