@@ -28,7 +28,8 @@ from exchange_broker.core.queue import delivery_guard
 from exchange_broker.core.queue_args import amqp_type
 from exchange_broker.core.reply_to import PSEUDO_QUEUE
 from exchange_broker.protocol import codec
-from exchange_broker.protocol.codec import SHORT_STRINGS, deliver_frames, deliver_template
+from exchange_broker.protocol.codec import (SHORT_STRINGS, deliver_frames, deliver_template,
+                                             deliver_template_holed)
 from exchange_broker.protocol.connection import TooLarge
 from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, FRAME_END_BYTE,
                                                 NOT_ALLOWED, NOT_IMPLEMENTED, PRECONDITION_FAILED)
@@ -124,31 +125,45 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         tag = first = self.next_tag
         tags = [] if traced else None  # (a traced run's tags need not follow each other)
         parts: list[bytes] = []
-        exchange = key = props = body_size = again = before = after = None
+        exchange = key = props = body_size = again = before = middle = after = None
         size = redelivered = 0
         for msg in msgs:
             if msg.exchange is not exchange or msg.routing_key is not key:
                 exchange, key = msg.exchange, msg.routing_key
                 exchange_sh = SHORT_STRINGS.get(exchange) or codec.short_cached(exchange)
                 key_sh = SHORT_STRINGS.get(key) or codec.short_cached(key)
-                props = before = None  # a template for this exchange and key
+                props = before = middle = None  # a template for this exchange and key
             body = msg.body
             if before is not None and msg.properties is props and len(body) == body_size and \
                     msg.redelivered is again:
                 parts += (before, tag.to_bytes(8, "big"), after, body, FRAME_END_BYTE)
+            elif middle is not None and msg.props_shape is props and len(body) == body_size and \
+                    msg.redelivered is again:  # a stream's: its offset in the properties' hole
+                parts += (before, tag.to_bytes(8, "big"), middle, (msg.seq - 1).to_bytes(8, "big"),
+                          after, body, FRAME_END_BYTE)
             elif single or props is not None:  # one message, or not the shape of the run's first
                 parts += deliver_frames(number, tag_sh, tag, msg.redelivered, exchange_sh, key_sh,
                                         msg.properties, body, frame_max)
             else:  # the run's first message: a template for those that share its shape
-                props, body_size, again = msg.properties, len(body), msg.redelivered
-                template = deliver_template(number, tag_sh, again, exchange_sh, key_sh, props,
-                                            body_size, frame_max)
-                if template is None:
-                    parts += deliver_frames(number, tag_sh, tag, again, exchange_sh, key_sh, props,
-                                            body, frame_max)
+                body_size, again = len(body), msg.redelivered
+                props = msg.props_shape  # (head, tail) around 8 bytes of each message's own
+                if props is None:
+                    props = msg.properties
+                    template = deliver_template(number, tag_sh, again, exchange_sh, key_sh, props,
+                                                body_size, frame_max)
                 else:
+                    template = deliver_template_holed(number, tag_sh, again, exchange_sh, key_sh,
+                                                      props[0], props[1], body_size, frame_max)
+                if template is None:
+                    parts += deliver_frames(number, tag_sh, tag, again, exchange_sh, key_sh,
+                                            msg.properties, body, frame_max)
+                elif len(template) == 2:
                     before, after = template
                     parts += (before, tag.to_bytes(8, "big"), after, body, FRAME_END_BYTE)
+                else:
+                    before, middle, after = template
+                    parts += (before, tag.to_bytes(8, "big"), middle,
+                              (msg.seq - 1).to_bytes(8, "big"), after, body, FRAME_END_BYTE)
             if traced:
                 tags.append(tag)
                 conn.send_parts(parts)
@@ -283,34 +298,56 @@ class Channel(PublishMethods, ConfirmMethods, DefinitionMethods, TransactionMeth
         """Apply acks (kind 0) or nack/reject (1/2) to taken entries."""
         if not entries:
             return
-        broker = self.session.broker
         touched: set = set()
-        to_requeue: dict = {}
-        for msg, consumer in entries:
-            if consumer is not None:
-                consumer.unacked -= 1
-                self.global_unacked -= 1
-                touched.add(consumer.queue)
-            q = msg.queue
-            q.unacked -= 1
-            if kind != 0 and requeue:
-                if not q.deleted:
-                    to_requeue.setdefault(q, []).append(msg)
-            elif kind == 0:
-                self.stats_acked += 1
-                broker.stats["ack"] += 1
-                q.stats_ack += 1
-                q.settle(msg)
-            else:
-                q.reject(msg)
-        for q, msgs in to_requeue.items():
-            q.requeue(msgs)
+        if kind == 0:  # acks: the counters moved once per stretch of one queue and consumer
+            n = len(entries)
+            self.stats_acked += n
+            self.session.broker.stats["ack"] += n
+            q = consumer = None
+            count = 0
+            stretches = []  # (queue, consumer, count): counters first, as a queue's settle may
+            for msg, by in entries:  # deliver again (a relay) and so count what is unacked
+                if msg.queue is not q or by is not consumer:
+                    if count:
+                        stretches.append((q, consumer, count))
+                    q, consumer, count = msg.queue, by, 0
+                count += 1
+            stretches.append((q, consumer, count))
+            for q, consumer, count in stretches:
+                q.stats_ack += count
+                self._settled(q, consumer, count, touched)
+            q = None
+            for msg, _by in entries:
+                if msg.queue is not q:
+                    q = msg.queue
+                    settle = q.settle
+                settle(msg)
+        else:
+            to_requeue: dict = {}
+            for msg, consumer in entries:
+                q = msg.queue
+                self._settled(q, consumer, 1, touched)
+                if requeue:
+                    if not q.deleted:
+                        to_requeue.setdefault(q, []).append(msg)
+                else:
+                    q.reject(msg)
+            for q, msgs in to_requeue.items():
+                q.requeue(msgs)
         if self.global_prefetch:  # the channel's freed capacity goes to its queues in turn
             self._dispatch_consumers()
             return
         for q in touched:
             if q.wants_dispatch:
                 q.dispatch()
+
+    def _settled(self, q, consumer, n: int, touched: set) -> None:
+        """``n`` deliveries of ``q`` (to ``consumer``, or None: a basic.get) no longer unacked."""
+        q.unacked -= n
+        if consumer is not None:
+            consumer.unacked -= n
+            self.global_unacked -= n
+            touched.add(consumer.queue)
 
     # -- basic.* -------------------------------------------------------------------------------------
     def _basic_qos(self, m) -> None:

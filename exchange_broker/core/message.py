@@ -27,6 +27,10 @@ class Message:
                  "seq", "redelivered", "queue", "stored", "_props", "expires_ms", "created_ms",
                  "rejected", "delivered_at", "ttl")
 
+    # None, or (head, tail) with properties == head + (seq - 1) as 8 bytes + tail: a stream's
+    # delivery (its offset in the x-stream-offset header), framed from one template per run
+    props_shape = None
+
     def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes,
                  persistent: bool = False, priority: int = 0) -> None:
         self.exchange = exchange

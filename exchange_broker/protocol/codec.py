@@ -89,6 +89,21 @@ def deliver_template(channel: int, consumer_tag_sh: bytes, redelivered: bool, ex
     return before, after
 
 
+def deliver_template_holed(channel: int, consumer_tag_sh: bytes, redelivered: bool,
+                           exchange_sh: bytes, routing_key_sh: bytes, head: bytes, tail: bytes,
+                           size: int, frame_max: int) -> tuple[bytes, bytes, bytes] | None:
+    """``deliver_template`` for messages whose properties are ``head``, 8 bytes of their own
+    (a stream's x-stream-offset value) and ``tail``: (before, middle, after). Frames are then
+    ``before``, the delivery tag, ``middle``, the 8 bytes, ``after``, the body and a frame end."""
+    template = deliver_template(channel, consumer_tag_sh, redelivered, exchange_sh, routing_key_sh,
+                                head + bytes(8) + tail, size, frame_max)
+    if template is None:
+        return None
+    before, after = template
+    hole = len(after) - 8 - len(tail) - 8  # the body frame's head (7) and the header's end (1)
+    return before, after[:hole], after[hole + 8:]
+
+
 def get_ok_frames(channel: int, delivery_tag: int, redelivered: bool, exchange_sh: bytes,
                   routing_key_sh: bytes, message_count: int, properties: bytes, body: bytes,
                   frame_max: int) -> list[bytes]:

@@ -37,15 +37,21 @@ _TEMPLATES: dict[bytes, tuple[bytes, bytes]] = {}
 _I64 = struct.Struct(">q")
 
 
-def with_offset_header(raw: bytes, offset: int) -> bytes:
-    """Raw content-header properties with ``x-stream-offset: offset`` (AMQP type ``l``, long)
-    added to the headers table. Spliced into the bytes, no decode/encode: a template per
-    distinct properties value is cached, so the common case is two concatenations."""
+def _shape(raw: bytes) -> tuple[bytes, bytes]:
+    """``_template(raw)``, cached per distinct properties value."""
     t = _TEMPLATES.get(raw)
     if t is None:
         if len(_TEMPLATES) >= 4096:
             _TEMPLATES.clear()
         t = _TEMPLATES[raw] = _template(bytes(raw))
+    return t
+
+
+def with_offset_header(raw: bytes, offset: int) -> bytes:
+    """Raw content-header properties with ``x-stream-offset: offset`` (AMQP type ``l``, long)
+    added to the headers table. Spliced into the bytes, no decode/encode: a template per
+    distinct properties value is cached, so the common case is two concatenations."""
+    t = _shape(raw)
     return t[0] + _I64.pack(offset) + t[1]
 
 
@@ -58,19 +64,21 @@ class _Delivery(Message):
 
 class _OffsetDelivery(_Delivery):
     """A stream's delivery of one offset, made in one call (a stream makes one per offset it
-    delivers, or per offset it reads back from the store: this is on the hot path)."""
+    delivers, or per offset it reads back from the store: this is on the hot path). Its
+    ``props_shape`` is the properties' template around the offset (``Message.props_shape``)."""
 
-    __slots__ = ()
+    __slots__ = ("props_shape",)
 
-    def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes, seq: int,
-                 created_ms: int, queue) -> None:
+    def __init__(self, exchange: str, routing_key: str, shape: tuple[bytes, bytes], offset: int,
+                 body: bytes, created_ms: int, queue) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
-        self.properties = properties
+        self.props_shape = shape
+        self.properties = shape[0] + _I64.pack(offset) + shape[1]
         self.body = body
         self.persistent = True
         self.priority = 0
-        self.seq = seq
+        self.seq = offset + 1
         self.redelivered = False
         self.queue = queue
         self.stored = False
@@ -83,10 +91,8 @@ class _OffsetDelivery(_Delivery):
 
 def _delivery(exchange: str, routing_key: str, properties: bytes, body: bytes, offset: int,
               created_ms: int, queue) -> Message:
-    t = _TEMPLATES.get(properties)
-    props = t[0] + _I64.pack(offset) + t[1] if t is not None else \
-        with_offset_header(properties, offset)
-    return _OffsetDelivery(exchange, routing_key, props, body, offset + 1, created_ms, queue)
+    return _OffsetDelivery(exchange, routing_key, _TEMPLATES.get(properties) or _shape(properties),
+                           offset, body, created_ms, queue)
 
 
 def _find_seq_at_time(store, queue_id: int, ts: int):

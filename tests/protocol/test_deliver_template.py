@@ -30,3 +30,27 @@ def test_no_template_for_an_empty_body_or_one_over_a_frame():
     assert codec.deliver_template(*args, 0, 4096) is None
     assert codec.deliver_template(*args, 4096 - 7, 4096) is None
     assert codec.deliver_template(*args, 4096 - 8, 4096) is not None
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2 ** 40 + 3])
+@pytest.mark.parametrize("published", [{}, {"delivery_mode": 2, "headers": {"k": "v"}},
+                                       {"content_type": "text/plain", "priority": 3}])
+def test_holed_template_frames_equal_a_stream_deliverys_whole_frames(offset, published):
+    """A stream's delivery: its properties are a template around its offset (x-stream-offset)."""
+    from exchange_broker.queue_types.stream_delivery import _delivery
+
+    ctag, ex, rk = codec.short_str("ctag-2"), codec.short_str(""), codec.short_str("s")
+    body = b"x" * 100
+    raw = codec.encode_properties(published)
+    msg = _delivery("", "s", raw, body, offset, 0, None)
+    head, tail = msg.props_shape
+    before, middle, after = codec.deliver_template_holed(3, ctag, False, ex, rk, head, tail,
+                                                         len(body), 131072)
+    made = before + (5).to_bytes(8, "big") + middle + offset.to_bytes(8, "big") + after + body + \
+        codec.FRAME_END_BYTE
+    whole = b"".join(codec.deliver_frames(3, ctag, 5, False, ex, rk, msg.properties, body, 131072))
+    assert made == whole
+    props = codec.parse_properties(msg.properties)
+    assert props["headers"]["x-stream-offset"] == offset
+    assert {k: v for k, v in props.items() if k != "headers"} == \
+        {k: v for k, v in codec.parse_properties(raw).items() if k != "headers"}
