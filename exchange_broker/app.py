@@ -148,7 +148,8 @@ def make_server(broker: Broker, config: Config) -> BrokerServer:
     """The AMQP (and, with a certificate, AMQPS) listeners of ``config``; not started."""
     return BrokerServer(broker, config.host, config.port, limits=config.limits,
                         handshake_timeout=config.handshake_timeout, tls=config.tls,
-                        monitor=make_monitor(broker, config))
+                        monitor=make_monitor(broker, config),
+                        busy_wait_us=config.scheduler_busy_wait)
 
 
 async def start_admin(config: Config, broker: Broker, server: BrokerServer):

@@ -55,6 +55,11 @@ class Config:
         group="listeners", default_text="none")
     handshake_timeout: float = setting(
         10.0, "seconds a socket may take to finish the TLS and AMQP handshakes", group="listeners")
+    scheduler_busy_wait: int = setting(
+        100, "microseconds the event loop keeps polling after AMQP input before it sleeps: a "
+        "message arriving meanwhile is read without a wake-up (lower latency, a little CPU; as "
+        "Erlang's scheduler busy wait, +sbwt, which RabbitMQ runs with); 0 sleeps at once",
+        group="listeners")
     # -- connection.tune and limits -----------------------------------------------------------------
     heartbeat: int = setting(HEARTBEAT_DEFAULT,
                              "heartbeat interval offered to clients in seconds (0 disables)", group="limits")
@@ -284,6 +289,7 @@ class Config:
                 raise ValueError(f"{flag_of(name)} must be a fraction (0.4) or a size (512MiB, 50MB), "
                                  f"not {getattr(self, name)!r}") from None
         _check(self, "cluster_heartbeat", 0.05, 60, "a number of seconds")
+        _check(self, "scheduler_busy_wait", 0, 100_000, "a number of microseconds")
         _check(self, "cluster_failover_timeout", 0.1, 3600, "a number of seconds")
         if self.cluster_failover_timeout <= self.cluster_heartbeat:
             raise ValueError("--cluster-failover-timeout must be longer than --cluster-heartbeat")

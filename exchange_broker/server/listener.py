@@ -16,6 +16,7 @@ from exchange_broker.connection.session import Session
 from exchange_broker.core.auth import is_loopback
 from exchange_broker.protocol.codec import HEARTBEAT_FRAME  # passes a guard's hold: it is no delivery
 from exchange_broker.protocol.constants import CONNECTION_FORCED
+from exchange_broker.server.busy_wait import BusyWait
 
 if TYPE_CHECKING:
     from exchange_broker.core.broker import Broker
@@ -116,6 +117,8 @@ class AMQPProtocol(SessionProtocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
+        if self.server.busy_wait is not None:
+            self.server.busy_wait.touch()
         if self.lingering:
             return
         guard = self.server.guard
@@ -198,8 +201,10 @@ class BrokerServer:
 
     def __init__(self, broker: "Broker", host: str, port: int, *, handshake_timeout: float,
                  limits: dict | None = None, tls: "TLSConfig | None" = None,
-                 monitor: "ResourceMonitor | None" = None) -> None:
+                 monitor: "ResourceMonitor | None" = None, busy_wait_us: int = 0) -> None:
         self.broker = broker
+        self.busy_wait_us = busy_wait_us  # after input, poll this long before sleeping
+        self.busy_wait: BusyWait | None = None
         self.tls = tls  # an amqps listener besides the plain one
         self.host = host
         self.port = port
@@ -221,6 +226,8 @@ class BrokerServer:
 
     async def start(self) -> None:
         self.loop = loop = asyncio.get_running_loop()
+        if self.busy_wait_us > 0:
+            self.busy_wait = BusyWait(loop, self.busy_wait_us / 1e6)
         with _listen_error(self.host, self.port, "AMQP"):
             self._server = await create_server(loop, lambda: AMQPProtocol(self), self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
