@@ -70,17 +70,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+_steady_ports: set[int] = set()  # handed out by this process: two nodes (or a node's two listeners) never share one
+
+
 def steady_port() -> int:
     """A free port below Linux's ephemeral range (32768-60999), for a listener that restarts on
-    the same port: while it is down, no outgoing connection can be given its number."""
+    the same port: while it is down, no outgoing connection can be given its number. Never one
+    this process handed out before: a node's AMQP and admin ports are both free until it starts
+    (once both were the same, and the admin listener could not bind)."""
     import random
     for _ in range(200):
         port = random.randrange(20000, 32000)
+        if port in _steady_ports:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _steady_ports.add(port)
             return port
     return free_port()
 

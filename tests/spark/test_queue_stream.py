@@ -149,7 +149,7 @@ KILLED_DRIVER = textwrap.dedent("""
     # its scratch space inside the test's directory: a SIGKILLed JVM cannot remove its blockmgr-*
     spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
              .config("spark.local.dir", f"{tmp}/spark-local")
-             .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={tmp}")
+             .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={tmp} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
              .config("spark.sql.shuffle.partitions", "1").getOrCreate())
     register(spark)
     for name, queue in zip(("plain", "dedupe"), queues):

@@ -144,7 +144,7 @@ KILLED_QUERY = textwrap.dedent("""
     # its scratch space inside the test's directory: a SIGKILLed JVM cannot remove its blockmgr-*
     spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
              .config("spark.local.dir", os.path.join(os.path.dirname(ck), "spark-local"))
-             .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={os.path.dirname(ck)}")
+             .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={os.path.dirname(ck)} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
              .config("spark.sql.shuffle.partitions", "1").getOrCreate())
     register(spark)
     slow = F.udf(lambda b: (time.sleep(0.05), b)[1], BinaryType())
