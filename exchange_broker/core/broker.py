@@ -317,7 +317,8 @@ class Broker:
     def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
                 publisher: Connection | None = None, channel: int = 0) -> tuple[bool, Waiter | None, bool]:
         """Route and enqueue a message (made by ``message.from_wire``; its per-message TTL is
-        ``msg.ttl``). Returns (routed, durability waiter or None, rejected). ``channel``: the
+        ``msg.ttl``). Returns (routed, durability waiter or None, rejected), the waiter wrapped in
+        the queues' ``Block`` actions for ``publisher`` (``core/actions.py``). ``channel``: the
         publisher's channel number (the firehose's ``channel`` header)."""
         self.stats["publish"] += 1
         ex.stats_in += 1  # the exchange's publish_in (admin API message_stats)
