@@ -2,9 +2,9 @@
 (``core/actions.py``, as RabbitMQ's ``rabbit_queue_type``): ``Block`` stops reading the publishing
 connection, the queue never calls up into it; the queue releases it later (``unthrottle``).
 
-Rules on a ManualClock: real Sessions fed raw frames (``tests/sansio.py``), a store whose
-commits the test decides (classic queues: publisher pacing, ``queue_types/pacing.py``; streams:
-appends awaiting their commit)."""
+Rules on a ManualClock: real Sessions fed raw frames (``tests/sansio.py``; an MQTT session fed
+packets), a store whose commits the test decides (classic queues: publisher pacing,
+``queue_types/pacing.py``; streams: appends awaiting their commit)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ from exchange_broker.core.actions import Block, waiter_of
 from exchange_broker.core.clock import ManualClock
 from exchange_broker.core.message import from_wire
 from exchange_broker.core.ports import NullDurability, Waiter
+from exchange_broker.mqtt import codec as mqtt_codec
+from exchange_broker.mqtt import packets as mqtt
+from exchange_broker.mqtt.hub import MQTTHub, MQTTSettings
+from exchange_broker.mqtt.session import MQTTSession
 from exchange_broker.queue_types import pacing as flow
 from exchange_broker.queue_types import stream as stream_mod
 
@@ -154,3 +158,34 @@ def test_a_stream_blocks_its_publisher_while_appends_await_their_commit(monkeypa
     store.commit()
     assert pub.session.reading and not s.flow_blocked
     assert confirms(pub.take()) == [("Ack", 12, True)]
+
+
+def test_an_mqtt_publisher_is_blocked_by_the_same_action(monkeypatch):
+    """The MQTT session applies a queue's Block as the AMQP channel does."""
+    monkeypatch.setattr(stream_mod, "UNCOMMITTED_HIGH", 10)
+    clock = ManualClock()
+    store = HeldStore()
+    broker = make_broker(clock=clock, durability=store)
+    amqp = SansIOClient(broker, clock)
+    amqp.call(Q.Declare(queue="s", durable=True, arguments={"x-queue-type": "stream"}))
+    amqp.call(Q.Bind(queue="s", exchange="amq.topic", routing_key="t.#"))
+    s = broker.vhosts["/"].queues["s"]
+    got: list = []
+    parser = mqtt_codec.Parser(version=mqtt.V311, server=False)
+    session = MQTTSession(MQTTHub(broker, MQTTSettings()), lambda data: got.extend(parser.feed(data)),
+                          lambda: None, ("127.0.0.1", 40000))
+
+    def send(packet) -> None:
+        session.data_received(mqtt_codec.encode(packet, mqtt.V311))
+        clock.advance(0)
+    send(mqtt.Connect(mqtt.V311, "m1", True, 0, "guest", b"guest", None, {}))
+    assert isinstance(got.pop(0), mqtt.ConnAck)
+    for i in range(12):
+        send(mqtt.Publish("t/x", b"%d" % i, 1, packet_id=i + 1))
+        assert session.reading is (i < 11)
+    assert session.throttled_by == {s} and s.flow_blocked == {session}
+    assert got == []  # the PUBACKs wait for the store
+    store.commit()
+    clock.advance(0)
+    assert session.reading and not s.flow_blocked
+    assert [a.packet_id for a in got] == list(range(1, 13))
