@@ -16,6 +16,8 @@ event ``Connection.unthrottle(queue)`` to each connection it holds (``QueueType.
 
 from __future__ import annotations
 
+from exchange_broker.core.ports import Waiter
+
 
 class Block:
     """Pause reading the publisher until ``queue`` releases it. ``then``: the rest of the answer
@@ -31,21 +33,20 @@ class Block:
         return f"Block({getattr(self.queue, 'name', self.queue)!r}, then={self.then!r})"
 
 
-def waiter_of(result):
-    """The durability waiter (or None) in an ``enqueue`` answer, without its actions."""
-    while result.__class__ is Block:
-        result = result.then
-    return result
-
-
-def joined(answers: list, waiter):
-    """One answer from several queues' (a publish routed to more than one): their Blocks, then
-    ``waiter``, the publish's combined durability waiter."""
+def joined(a, b):
+    """Two queues' answers to one publish (routed to both), neither None, as one: the Blocks of
+    both, then a waiter that fires once both waiters have (``Waiter.all``)."""
+    if a.__class__ is not Block and b.__class__ is not Block:
+        return Waiter.all(a, b)
     queues = []
-    for answer in answers:
+    waiters = []
+    for answer in (a, b):
         while answer.__class__ is Block:
             queues.append(answer.queue)
             answer = answer.then
+        if answer is not None and answer not in waiters:
+            waiters.append(answer)
+    out = Waiter.all(*waiters) if len(waiters) == 2 else (waiters[0] if waiters else None)
     for q in reversed(queues):
-        waiter = Block(q, waiter)
-    return waiter
+        out = Block(q, out)
+    return out

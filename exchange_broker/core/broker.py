@@ -22,7 +22,7 @@ from exchange_broker.core import permissions as perms
 from exchange_broker.core import users as users_mod
 from exchange_broker.core.auth import HASHING_SHA256, User, hash_password, is_loopback
 from exchange_broker.core.auth_backends import AuthChain, AuthenticatedUser, InternalBackend, LoginRefused
-from exchange_broker.core.actions import Block, joined, waiter_of
+from exchange_broker.core.actions import joined
 from exchange_broker.core.clock import Clock, NoClock
 from exchange_broker.core.deadletter import dead_lettered_copy, is_cycle
 from exchange_broker.core.delayed import DelayedExchanges
@@ -359,7 +359,7 @@ class Broker:
                 ) -> tuple[bool, Waiter | None, bool]:
         """Hand a routed message to each queue (a cheap copy per extra queue); each queue type
         stores what it must and says whether the publisher is to be nacked (or blocked)."""
-        waiter = blocks = None
+        waiter = None
         rejected = False
         first = True
         expires = msg.expires_ms  # as routed: one queue's TTL, stamped on msg, must not reach the copies
@@ -371,14 +371,12 @@ class Broker:
                 m = msg.copy()
                 m.expires_ms = expires
             w = q.enqueue(m, publisher, m.ttl)
-            if w is not None:
-                if w.__class__ is Block:  # actions for the publisher's channel: passed on
-                    blocks, w = (blocks or []) + [w], waiter_of(w)
-                if w is not None:  # different waiters (another node's confirm): all must fire
-                    waiter = w if waiter is None or waiter is w else Waiter.all(waiter, w)
+            if w is not None:  # different waiters (another node's confirm): all must fire; a
+                # queue's Block (core/actions.py) is passed on to the publisher's channel with them
+                waiter = w if waiter is None or waiter is w else joined(waiter, w)
             elif m.rejected:
                 rejected = True
-        return True, waiter if blocks is None else joined(blocks, waiter), rejected
+        return True, waiter, rejected
 
     def _route_cc(self, vhost: VHost, ex: Exchange, msg: Message, headers: dict,
                   queues: list[QueueType]) -> list[QueueType]:

@@ -13,7 +13,7 @@ from pamqp import commands
 from sansio import B, CONFIRM, Q, SansIOClient
 
 from exchange_broker.assembly import make_broker
-from exchange_broker.core.actions import Block, waiter_of
+from exchange_broker.core.actions import Block, joined
 from exchange_broker.core.clock import ManualClock
 from exchange_broker.core.message import from_wire
 from exchange_broker.core.ports import NullDurability, Waiter
@@ -153,7 +153,7 @@ def test_a_stream_blocks_its_publisher_while_appends_await_their_commit(monkeypa
     assert pub.session.throttled_by == {s}
     # blocked once: later appends do not answer Block again while the publisher is held
     answer = s.enqueue(from_wire("", "s", NO_PROPERTIES, b"12"), pub.session, None)
-    assert answer is store.batch and waiter_of(answer) is store.batch
+    assert answer is store.batch
     assert confirms(pub.take()) == []
     store.commit()
     assert pub.session.reading and not s.flow_blocked
@@ -189,3 +189,27 @@ def test_an_mqtt_publisher_is_blocked_by_the_same_action(monkeypatch):
     clock.advance(0)
     assert session.reading and not s.flow_blocked
     assert [a.packet_id for a in got] == list(range(1, 13))
+
+
+def test_two_queues_answers_join_into_one():
+    """``joined``: every Block of both answers, then one waiter that fires once both have."""
+    def parts(answer):
+        queues = []
+        while answer.__class__ is Block:
+            queues.append(answer.queue)
+            answer = answer.then
+        return queues, answer
+    w1, w2 = Waiter(), Waiter()
+    assert parts(joined(Block("a"), Block("b"))) == (["a", "b"], None)
+    assert parts(joined(Block("a", w1), w1)) == (["a"], w1)  # the same store batch: once
+    assert parts(joined(w1, Block("b"))) == (["b"], w1)
+    queues, both = parts(joined(Block("a", w1), Block("b", w2)))
+    assert queues == ["a", "b"] and both not in (w1, w2, None)
+    fired = []
+    both.add(lambda _arg, ok: fired.append(ok), None)
+    w1.fire(True)
+    assert fired == []
+    w2.fire(True)
+    assert fired == [True]
+    plain = joined(Waiter(), Waiter())
+    assert plain.__class__ is Waiter
