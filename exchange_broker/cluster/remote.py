@@ -40,6 +40,7 @@ from pamqp import commands
 from exchange_broker.client import ClientError
 from exchange_broker.cluster.links import FLOW_HIGH, Address, Links, spawn
 from exchange_broker.cluster.relay import ACK, NACK, REJECT, Getter, Relay, TagMap
+from exchange_broker.core.actions import Block
 from exchange_broker.core.message import Message
 from exchange_broker.core.ports import Waiter
 from exchange_broker.core.names import describe
@@ -129,7 +130,7 @@ class RemoteQueue(QueueType):
             fw = self._forwarder = self.links.forwarder(self.address, self.vhost)
         waiter = fw.publish(self.name, msg.properties, msg.body)
         if publisher is not None and fw.in_flight > FLOW_HIGH and publisher not in self.flow_blocked:
-            publisher.throttle(self)  # read again once the leader confirmed the backlog
+            waiter = Block(self, waiter)  # the channel stops reading it until the leader confirmed the backlog
             if self.release_publishers not in fw.on_drained:
                 fw.on_drained.append(self.release_publishers)
         return waiter

@@ -4,7 +4,8 @@ The session hands each event for this channel to :meth:`Channel.publish`, :meth:
 :meth:`Channel.handle` (every other method, through the table at the end). Definition methods
 (exchange.*, queue.*) are in ``definitions.py``, confirm.select and the confirms in
 ``confirms.py``, tx.* in ``transactions.py``: all parts of this class. Queues deliver through each consumer's sink (``Consumer.deliver``), which is
-:meth:`Channel._deliver` bound to the consumer; basic.get uses the same bookkeeping.
+:meth:`Channel._deliver` bound to the consumer; basic.get's get-ok and direct reply-to deliveries
+go through the same routine, :meth:`Channel._deliver_run`, which keeps every per-delivery counter.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from exchange_broker.core.queue_args import amqp_type
 from exchange_broker.core.reply_to import PSEUDO_QUEUE
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.codec import (SHORT_STRINGS, deliver_frames, deliver_template,
-                                             deliver_template_holed)
+                                             deliver_template_holed, get_ok_frames)
 from exchange_broker.protocol.connection import TooLarge
 from exchange_broker.protocol.constants import (ACCESS_REFUSED, COMMAND_INVALID, FRAME_END_BYTE,
                                                 NOT_ALLOWED, NOT_IMPLEMENTED, PRECONDITION_FAILED)
@@ -62,7 +63,7 @@ class Channel(AckMethods, PublishMethods, ConfirmMethods, DefinitionMethods, Tra
         self.stats_acked = 0
         # direct reply-to (amq.rabbitmq.reply-to)
         self.reply_tag: str | None = None
-        self.reply_tag_sh = b""
+        self.reply_consumer = None   # what _deliver_run needs of it (core/reply_to.py)
         self.reply_token: str | None = None
 
     # -- methods ------------------------------------------------------------------------------------
@@ -109,16 +110,21 @@ class Channel(AckMethods, PublishMethods, ConfirmMethods, DefinitionMethods, Tra
     def _deliver(self, consumer: Consumer, msg: Message) -> int:
         return self._deliver_run(consumer, (msg,))[0]
 
-    def _deliver_run(self, consumer: Consumer, msgs):
+    def _deliver_run(self, consumer: Consumer | None, msgs, no_ack: bool = True, count: int = 0):
         """basic.deliver of ``msgs`` (of one queue, in order) to ``consumer``: settled as they
         leave (no-ack) or awaiting their acks; the lookups and counters done once per run.
-        Returns their delivery tags."""
+        Returns their delivery tags. Every delivery of the channel comes here: ``consumer`` None
+        is basic.get's get-ok of one message (``no_ack``; ``count``: the queue's message count),
+        a message of no queue a direct reply (``Channel.deliver_reply``)."""
         sess = self.session
         conn = sess.conn
-        number, tag_sh, frame_max = self.number, consumer.tag_sh, conn.frame_max
+        number, frame_max = self.number, conn.frame_max
+        if consumer is not None:  # basic.deliver: the consumer tag where get-ok has the count
+            frames, tag_sh, no_ack = deliver_frames, consumer.tag_sh, consumer.no_ack
+        else:
+            frames, tag_sh = get_ok_frames, count
         q = msgs[0].queue
-        no_ack = consumer.no_ack
-        settle = q.settle
+        settle = q.settle if q is not None else _unqueued
         unacked = self.unacked
         now = None if no_ack else sess.broker.clock.time()  # the consumer timeout's start
         traced = sess.vhost.tracing  # the firehose (deliver.<queue>) after each message's frames
@@ -143,8 +149,8 @@ class Channel(AckMethods, PublishMethods, ConfirmMethods, DefinitionMethods, Tra
                 parts += (before, tag.to_bytes(8, "big"), middle, (msg.seq - 1).to_bytes(8, "big"),
                           after, body, FRAME_END_BYTE)
             elif single or props is not None:  # one message, or not the shape of the run's first
-                parts += deliver_frames(number, tag_sh, tag, msg.redelivered, exchange_sh, key_sh,
-                                        msg.properties, body, frame_max)
+                parts += frames(number, tag_sh, tag, msg.redelivered, exchange_sh, key_sh,
+                                msg.properties, body, frame_max)
             else:  # the run's first message: a template for those that share its shape
                 body_size, again = len(body), msg.redelivered
                 props = msg.props_shape  # (head, tail) around 8 bytes of each message's own
@@ -186,16 +192,21 @@ class Channel(AckMethods, PublishMethods, ConfirmMethods, DefinitionMethods, Tra
             conn.send_parts(parts)
         n = len(msgs)
         self.next_tag = tag
-        self.stats_delivered += n
-        sess.broker.stats["deliver"] += n
-        q.stats_redeliver += redelivered
-        if no_ack:
-            q.stats_deliver_no_ack += n
-        else:
-            q.stats_deliver += n
-            q.unacked += n
-            consumer.unacked += n
-            self.global_unacked += n
+        if consumer is None:  # basic.get: counted as a get; no consumer's prefetch counts it
+            self._count_get(q, n, redelivered, no_ack)
+        elif q is not None:
+            self.stats_delivered += n
+            sess.broker.stats["deliver"] += n
+            q.stats_redeliver += redelivered
+            if no_ack:
+                q.stats_deliver_no_ack += n
+            else:
+                q.stats_deliver += n
+                q.unacked += n
+                consumer.unacked += n
+                self.global_unacked += n
+        else:  # a direct reply: no queue counts it
+            self.stats_delivered += n
         sess.out_pending += size + 96 * n
         if sess.out_pending > OUTPUT_BUDGET:
             sess.writable = False  # resumes after the next flush
@@ -203,31 +214,21 @@ class Channel(AckMethods, PublishMethods, ConfirmMethods, DefinitionMethods, Tra
             sess.mark_dirty()
         return tags if traced else range(first, tag)
 
-    def _track_get(self, tag: int, msg: Message, no_ack: bool) -> None:
-        """After a get-ok: settle it, or await its ack (no consumer's prefetch counts it).
-        Deliveries to consumers do the same inline in ``_deliver``."""
-        msg.delivered_at = self.session.broker.clock.time()  # the consumer timeout covers basic.get too
-        if self.session.vhost.tracing:  # the firehose: deliver.<queue>
-            tracing.tap_out(self.session.broker, self.session.vhost, msg, self.session, self.number)
-        q = msg.queue
+    def _count_get(self, q, n: int, redelivered: int, no_ack: bool) -> None:
+        """A get-ok's counters (``_deliver_run``); the queue counts consumers' deliveries itself."""
+        q.stats_delivered += n
+        q.stats_redeliver += redelivered
         if no_ack:
-            q.settle(msg)
+            q.stats_get_no_ack += n
         else:
-            self.unacked[tag] = (msg, None)
-            q.unacked += 1
-            q.delivered(msg)
-        self.session.mark_dirty()
+            q.stats_get += n
+            q.unacked += n
+        stats = self.session.broker.stats
+        stats["get"] = stats.get("get", 0) + n
 
     def deliver_reply(self, msg: Message) -> None:
         """A direct reply-to delivery: no queue, no ack (the consumer is no_ack by contract)."""
-        tag = self.next_tag
-        self.next_tag = tag + 1
-        sess = self.session
-        sess.conn.send_parts(codec.deliver_frames(
-            self.number, self.reply_tag_sh, tag, False, b"\x00", codec.short_str(msg.routing_key),
-            msg.properties, msg.body, sess.conn.frame_max))
-        self.stats_delivered += 1
-        sess.mark_dirty()
+        self._deliver_run(self.reply_consumer, (msg,))
 
     def _dispatch_consumers(self) -> None:
         """Offer the channel's freed capacity to its consumers' queues, starting one further each
@@ -335,22 +336,7 @@ class Channel(AckMethods, PublishMethods, ConfirmMethods, DefinitionMethods, Tra
             q.stats_get_empty += 1
             self.reply(B.GetEmpty())
             return
-        tag = self.next_tag
-        self.next_tag += 1
-        q.stats_delivered += 1
-        if m.no_ack:
-            q.stats_get_no_ack += 1
-        else:
-            q.stats_get += 1
-        if msg.redelivered:
-            q.stats_redeliver += 1
-        stats = sess.broker.stats
-        stats["get"] = stats.get("get", 0) + 1
-        sess.conn.send_parts(codec.get_ok_frames(
-            self.number, tag, msg.redelivered, codec.short_str(msg.exchange),
-            codec.short_str(msg.routing_key), q.message_count, msg.properties, msg.body,
-            sess.conn.frame_max))
-        self._track_get(tag, msg, m.no_ack)
+        self._deliver_run(None, (msg,), m.no_ack, q.message_count)  # get-ok
 
     def _retry_get(self, m) -> None:
         """A basic.get that waited for a paged queue's refill (or its purge) is answered now."""
@@ -391,6 +377,10 @@ class Channel(AckMethods, PublishMethods, ConfirmMethods, DefinitionMethods, Tra
             self.cancel(tag)
         self.session.broker.reply_to.cancel(self)
         self.tx_publishes.clear()
+
+
+def _unqueued(msg: Message) -> None:
+    """Settling a direct reply (no queue holds it): nothing to do."""
 
 
 _HANDLERS = {

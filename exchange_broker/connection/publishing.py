@@ -7,6 +7,7 @@ deliver once at its end instead of once per message (``Broker.dispatch_later``).
 
 from __future__ import annotations
 
+from exchange_broker.core.actions import Block
 from exchange_broker.core.message import from_wire
 from exchange_broker.core.reply_to import PREFIX as REPLY_PREFIX
 from exchange_broker.protocol import codec
@@ -85,6 +86,12 @@ class PublishMethods:
                                                        self.number)
         if not routed and mandatory:
             self._return_unroutable(ex.name, routing_key, properties, body)
+        if waiter is None:  # nothing to wait for, nothing to do: the fast path
+            if seq:
+                self._confirm_enqueue(seq, 2 if rejected else 1)
+            return
+        if waiter.__class__ is Block:  # the queues' actions (core/actions.py): stop reading
+            waiter = sess.apply_actions(waiter)
         if seq:
             if rejected:
                 self._confirm_enqueue(seq, 2)

@@ -1,16 +1,27 @@
 """Back-pressure on one client connection, shared by the AMQP and MQTT sessions: queues whose
-congestion pauses reading a publisher (credit flow, ``throttle``/``unthrottle`` of the core's
-Connection port) and a transport that asks us to stop writing (``pause_writing``/
-``resume_writing``). The session provides ``_update_reading()`` (read only when nothing holds it)
-and ``_redispatch()`` (let its consumers' queues deliver again)."""
+congestion pauses reading a publisher (credit flow: a queue answers a publish with the action
+``Block``, which the session applies with ``apply_actions``, and releases it later with the
+``unthrottle`` event of the core's Connection port) and a transport that asks us to stop writing
+(``pause_writing``/``resume_writing``). The session provides ``_update_reading()`` (read only
+when nothing holds it) and ``_redispatch()`` (let its consumers' queues deliver again)."""
 
 from __future__ import annotations
+
+from exchange_broker.core.actions import Block
 
 
 class BackPressure:
     throttled_by: set
     paused: bool
     writable: bool
+
+    def apply_actions(self, result):
+        """Apply the actions in a queue's answer to a publish from this connection (a ``Block``:
+        stop reading it until the queue releases it); returns the rest, the durability waiter."""
+        while result.__class__ is Block:
+            self.throttle(result.queue)
+            result = result.then
+        return result
 
     def throttle(self, q) -> None:
         if q not in self.throttled_by:

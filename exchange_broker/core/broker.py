@@ -22,6 +22,7 @@ from exchange_broker.core import permissions as perms
 from exchange_broker.core import users as users_mod
 from exchange_broker.core.auth import HASHING_SHA256, User, hash_password, is_loopback
 from exchange_broker.core.auth_backends import AuthChain, AuthenticatedUser, InternalBackend, LoginRefused
+from exchange_broker.core.actions import joined
 from exchange_broker.core.clock import Clock, NoClock
 from exchange_broker.core.deadletter import dead_lettered_copy, is_cycle
 from exchange_broker.core.delayed import DelayedExchanges
@@ -316,7 +317,8 @@ class Broker:
     def publish(self, vhost: VHost, ex: Exchange, msg: Message, has_headers: bool,
                 publisher: Connection | None = None, channel: int = 0) -> tuple[bool, Waiter | None, bool]:
         """Route and enqueue a message (made by ``message.from_wire``; its per-message TTL is
-        ``msg.ttl``). Returns (routed, durability waiter or None, rejected). ``channel``: the
+        ``msg.ttl``). Returns (routed, durability waiter or None, rejected), the waiter wrapped in
+        the queues' ``Block`` actions for ``publisher`` (``core/actions.py``). ``channel``: the
         publisher's channel number (the firehose's ``channel`` header)."""
         self.stats["publish"] += 1
         ex.stats_in += 1  # the exchange's publish_in (admin API message_stats)
@@ -356,7 +358,7 @@ class Broker:
     def enqueue(self, queues: list[QueueType], msg: Message, publisher: Connection | None = None
                 ) -> tuple[bool, Waiter | None, bool]:
         """Hand a routed message to each queue (a cheap copy per extra queue); each queue type
-        stores what it must and says whether the publisher is to be nacked."""
+        stores what it must and says whether the publisher is to be nacked (or blocked)."""
         waiter = None
         rejected = False
         first = True
@@ -369,8 +371,9 @@ class Broker:
                 m = msg.copy()
                 m.expires_ms = expires
             w = q.enqueue(m, publisher, m.ttl)
-            if w is not None:  # different waiters (another node's confirm): all must fire
-                waiter = w if waiter is None or waiter is w else Waiter.all(waiter, w)
+            if w is not None:  # different waiters (another node's confirm): all must fire; a
+                # queue's Block (core/actions.py) is passed on to the publisher's channel with them
+                waiter = w if waiter is None or waiter is w else joined(waiter, w)
             elif m.rejected:
                 rejected = True
         return True, waiter, rejected

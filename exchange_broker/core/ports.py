@@ -27,10 +27,9 @@ class Connection(Protocol):
     has_published: bool
     exclusive_queues: set
 
-    def throttle(self, queue) -> None:
-        """Credit flow: stop reading this publisher until ``queue`` drains."""
-
-    def unthrottle(self, queue) -> None: ...
+    def unthrottle(self, queue) -> None:
+        """Credit flow: ``queue`` releases this publisher (its channel paused reading it when the
+        queue answered a publish with ``Block``, see ``core/actions.py``)."""
 
     def block(self, reason: str) -> None:
         """A resource alarm: connection.blocked, and stop reading."""

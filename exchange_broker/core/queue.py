@@ -111,8 +111,10 @@ class QueueType:
 
     # -- publishing ---------------------------------------------------------------------------------
     def enqueue(self, msg: Message, publisher, per_message_ttl: int | None):
-        """Take one routed message. Returns the durability waiter (or None); a refused message is
-        not enqueued and ``msg.rejected`` tells whether its publisher must be nacked."""
+        """Take one routed message. Returns what the publisher's connection is to do
+        (``core/actions.py``): None, the durability waiter, or a ``Block`` (stop reading
+        ``publisher``, which is never called). A refused message is not enqueued and
+        ``msg.rejected`` tells whether its publisher must be nacked."""
         raise NotImplementedError
 
     def congested(self) -> bool:

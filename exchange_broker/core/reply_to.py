@@ -13,6 +13,17 @@ PREFIX = PSEUDO_QUEUE + "."
 _MARK = PSEUDO_QUEUE.encode()
 
 
+class ReplyConsumer:
+    """A channel's consumer of its replies, as its delivery routine sees it (no queue, no ack)."""
+
+    __slots__ = ("tag", "tag_sh")
+    no_ack = True
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.tag_sh = codec.short_str(tag)
+
+
 class ReplyTo:
     """Registry of channels consuming from the pseudo-queue, keyed by an unguessable token."""
 
@@ -25,7 +36,7 @@ class ReplyTo:
         if ch.reply_tag is not None:
             raise AMQPError(PRECONDITION_FAILED, "reply consumer already set", 60, 20, hard=False)
         ch.reply_tag = tag or generated("amq.ctag-")
-        ch.reply_tag_sh = codec.short_str(ch.reply_tag)
+        ch.reply_consumer = ReplyConsumer(ch.reply_tag)
         ch.reply_token = generated("")
         self.channels[ch.reply_token] = ch
         return ch.reply_tag
@@ -33,7 +44,7 @@ class ReplyTo:
     def cancel(self, ch) -> None:
         if ch.reply_token is not None:
             self.channels.pop(ch.reply_token, None)
-        ch.reply_tag = ch.reply_token = None
+        ch.reply_tag = ch.reply_token = ch.reply_consumer = None
 
     def rewrite_reply_to(self, ch, properties: bytes) -> bytes:
         """A request naming `amq.rabbitmq.reply-to` gets the channel's own reply address."""

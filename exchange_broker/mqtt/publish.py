@@ -92,7 +92,7 @@ class PublishMethods:
             if own:
                 return self._route_except(ex, msg, has_headers, own)
         routed, waiter, _rejected = self.broker.publish(self.vhost, ex, msg, has_headers, self)
-        return routed, waiter
+        return routed, self.apply_actions(waiter)  # a queue's Block: stop reading this client
 
     def _no_local_queues(self, topic: str) -> set[str]:
         """This client's own queues that ``topic`` reaches only through no-local subscriptions."""
@@ -119,7 +119,7 @@ class PublishMethods:
             return False, None
         ex.stats_out += len(queues)
         routed, waiter, _rejected = broker.enqueue(queues, msg, self)
-        return routed, waiter
+        return routed, self.apply_actions(waiter)
 
     def _queue_ack(self, pkt: p.Publish, code: int | None) -> list:
         entry = [pkt.packet_id, code is not None, code or p.SUCCESS, pkt.qos]

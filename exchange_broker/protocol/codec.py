@@ -104,9 +104,11 @@ def deliver_template_holed(channel: int, consumer_tag_sh: bytes, redelivered: bo
     return before, after[:hole], after[hole + 8:]
 
 
-def get_ok_frames(channel: int, delivery_tag: int, redelivered: bool, exchange_sh: bytes,
-                  routing_key_sh: bytes, message_count: int, properties: bytes, body: bytes,
+def get_ok_frames(channel: int, message_count: int, delivery_tag: int, redelivered: bool,
+                  exchange_sh: bytes, routing_key_sh: bytes, properties: bytes, body: bytes,
                   frame_max: int) -> list[bytes]:
+    """basic.get-ok + content: ``deliver_frames``'s arguments, the queue's message count in place
+    of the consumer tag (get-ok carries it after the routing key)."""
     args = _QB.pack(delivery_tag, 1 if redelivered else 0) + exchange_sh + routing_key_sh + \
         struct.pack(">I", message_count)
     head = _DELIVER_HEAD.pack(FRAME_METHOD, channel, 4 + len(args), 60, 71)

@@ -11,6 +11,7 @@ from collections import OrderedDict
 from typing import Callable, Iterable
 
 from exchange_broker.queue_types import pacing as flow
+from exchange_broker.core.actions import Block
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import describe
 from exchange_broker.core.ports import Consumer
@@ -96,8 +97,9 @@ class ClassicQueue(QueueType):
         if (m.persistent or self.stores_all) and self.durable and self.store_id is not None:
             waiter = self.broker.durability.append(self, m)
         self.push(m)
-        if publisher is not None and not m.seq & flow.CHECK_MASK and len(self.ready) > flow.LOW:
-            flow.look(self, publisher, len(self.ready))
+        if publisher is not None and not m.seq & flow.CHECK_MASK and len(self.ready) > flow.LOW \
+                and flow.look(self, publisher, len(self.ready)):
+            return Block(self, waiter)  # the publishing channel stops reading its connection
         return waiter
 
     def admit(self, msg: Message, per_message_ttl: int | None) -> bool:

@@ -8,7 +8,8 @@ messages and delivering them, and the publisher's reader shows the connection st
 This broker is one thread: a publisher that writes as fast as it can takes most turns of the
 event loop, a consumer's acks wait behind its input, each prefetch window (say 200 messages) takes
 a whole crowded turn to come round, and the queue grows while its consumer starves. So a classic
-queue stops *reading* the connections that publish into it (the same switch as RabbitMQ's:
+queue has the connections that publish into it stop *reading* (its ``enqueue`` answers with the
+action ``Block``, which the publishing channel applies: the same switch as RabbitMQ's,
 ``Session.throttle``; the admin API shows ``flow``) when
 
 * its ready backlog is past :data:`HIGH` messages, and
@@ -66,8 +67,8 @@ class Pacer:
         rate = self.rate
         return rate > 0.0 and (ready - LOW) <= rate * MAX_DRAIN
 
-    def hold(self, publisher) -> None:
-        publisher.throttle(self.queue)
+    def hold(self) -> None:
+        """A publisher is paused (by the caller, told so): it is read again in MAX_HOLD s at the latest."""
         if self.timer is None:
             self.timer = self.queue.broker.clock.call_later(MAX_HOLD, self._expire)
 
@@ -91,17 +92,19 @@ def consumes(session) -> bool:
     return False
 
 
-def look(queue, publisher, ready: int) -> None:
-    """After a publish into ``queue`` (``ready`` messages now ready): pause ``publisher`` when the
-    queue's consumers cannot keep up with it (see the module's docstring)."""
+def look(queue, publisher, ready: int) -> bool:
+    """After a publish into ``queue`` (``ready`` messages now ready): True when ``publisher`` is to
+    be paused, the queue's consumers cannot keep up with it (see the module's docstring). The
+    caller pauses it (the queue's ``enqueue`` answers ``Block``)."""
     pacer = queue.pacer
     if pacer is None:
         pacer = queue.pacer = Pacer(queue)
     pacer.sample()
     if ready <= HIGH or publisher in queue.flow_blocked or not queue.consumers:
-        return
-    if queue.congested():  # a consumer's socket is full: RabbitMQ's flow would stop it too
-        pacer.hold(publisher)
-    elif getattr(publisher, "pacing", False) and pacer.fast_enough(ready) \
-            and not consumes(publisher):
-        pacer.hold(publisher)
+        return False
+    # a consumer's socket is full (RabbitMQ's flow would stop it too), or consumers fast enough
+    if queue.congested() or (getattr(publisher, "pacing", False) and pacer.fast_enough(ready)
+                             and not consumes(publisher)):
+        pacer.hold()
+        return True
+    return False

@@ -53,6 +53,7 @@ import logging
 import os
 from collections import OrderedDict, deque
 
+from exchange_broker.core.actions import Block
 from exchange_broker.core.message import Message
 from exchange_broker.core.names import describe
 from exchange_broker.protocol.constants import NOT_IMPLEMENTED, PRECONDITION_FAILED
@@ -204,7 +205,7 @@ class StreamQueue(StoredLog, Retention, QueueType):
 
     # -- appending ---------------------------------------------------------------------------------
     def append(self, m: Message, publisher=None):
-        """Add one routed message (``enqueue``); returns the durability waiter or None."""
+        """Add one routed message (``enqueue``): the durability waiter, None, or a ``Block``."""
         off = self.next_offset
         self.next_offset = off + 1
         seq = off + 1
@@ -250,9 +251,9 @@ class StreamQueue(StoredLog, Retention, QueueType):
             if len(self.tail) > TAIL_MAX + 1024:
                 self._trim_tail()
             pending = self._pending
-            if publisher is not None and pending and off - pending[0][0] > UNCOMMITTED_HIGH \
-                    and off - self.committed_end() > UNCOMMITTED_HIGH:
-                publisher.throttle(self)
+            if publisher is not None and pending and off - pending[0][0] > UNCOMMITTED_HIGH and \
+                    off - self.committed_end() > UNCOMMITTED_HIGH and publisher not in self.flow_blocked:
+                waiter = Block(self, waiter)  # the publishing channel stops reading its connection
         # wake consumers waiting at the end of the log: once, after this event (a batch of
         # publishes is then delivered by one pump per consumer, not one per message)
         if self.readers and not self._waking:

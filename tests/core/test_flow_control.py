@@ -28,12 +28,14 @@ def holds(monkeypatch):
     monkeypatch.setattr(flow, "LOW", 100)
     monkeypatch.setattr(flow, "MAX_HOLD", 3600.0)
     seen = []
-    original = flow.Pacer.hold
+    original = flow.look
 
-    def hold(self, publisher):
-        seen.append((self.queue.name, publisher))
-        original(self, publisher)
-    monkeypatch.setattr(flow.Pacer, "hold", hold)
+    def look(queue, publisher, ready):
+        paused = original(queue, publisher, ready)
+        if paused:  # the queue answers the publish with Block: its channel stops reading
+            seen.append((queue.name, publisher))
+        return paused
+    monkeypatch.setattr(flow, "look", look)
     return seen
 
 
