@@ -39,7 +39,7 @@ from pamqp import commands
 
 from exchange_broker.client import ClientError
 from exchange_broker.cluster.links import FLOW_HIGH, Address, Links, spawn
-from exchange_broker.cluster.relay import ACK, NACK, REJECT, Getter, Relay, TagMap
+from exchange_broker.cluster.relay import NACK, REJECT, Getter, Relay, TagMap
 from exchange_broker.core.message import Message
 from exchange_broker.core.ports import Waiter
 from exchange_broker.core.names import describe
@@ -196,7 +196,18 @@ class RemoteQueue(QueueType):
 
     # -- settling (by the leader's delivery tags) ---------------------------------------------------
     def settle(self, msg: Message) -> None:
-        self.tags.settle(msg, ACK)
+        """An ack: to the leader (``TagMap.settle``, inline: once per relayed message)."""
+        entry = self.tags.entries.pop(msg, None)
+        if entry is None:
+            return
+        holder, ch, tag = entry
+        holder.outstanding -= 1
+        if ch.error is None and not ch.closing:
+            acks = ch._acks  # (Channel.ack: coalesced into basic.ack multiple at the next write)
+            if not acks:
+                ch.connection._ack_later(ch)
+            acks.add(tag)
+        holder.settled()
 
     def delivered(self, msg: Message) -> None:
         pass  # the leader marks it
