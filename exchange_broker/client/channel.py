@@ -18,6 +18,7 @@ from pamqp import commands
 from exchange_broker.client.errors import ClientError
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.deliveries import Delivery
+from exchange_broker.protocol.frames import publish_frames
 from exchange_broker.protocol.names import method
 
 OnDelivery = Callable[[Delivery], None]
@@ -126,6 +127,33 @@ class Channel:
         fut = asyncio.get_running_loop().create_future()
         runs.append([seq, seq, fut])
         return fut
+
+    def publish_tracked(self, exchange_sh: bytes, routing_key_sh: bytes, properties: bytes, body: bytes,
+                        on_confirm: Callable[[bool, int], None]) -> None:
+        """``publish(..., mandatory=True, on_confirm=on_confirm)`` on a channel in confirm mode,
+        the exchange and routing key given as encoded short strings (``codec.short_cached``): what
+        a link forwarding many publishes to one queue calls for each."""
+        if self.error is not None:
+            raise self.error
+        if self.closing:
+            raise ClientError("channel closed")
+        conn = self.connection
+        t = conn.transport
+        if t is None or t.is_closing():
+            raise conn.error or ClientError("connection is closed")
+        proto = conn.protocol
+        proto._out.extend(publish_frames(self.number, exchange_sh, routing_key_sh, True, properties, body,
+                                         proto.frame_max))
+        if conn._flush_handle is None:
+            conn._schedule_flush()
+        seq = self._seq = self._seq + 1
+        runs = self._unconfirmed
+        if runs:
+            last = runs[-1]
+            if last[2] is on_confirm and last[1] == seq - 1:
+                last[1] = seq
+                return
+        runs.append([seq, seq, on_confirm])
 
     def _confirm(self, tag: int, multiple: bool, ok: bool) -> None:
         runs = self._unconfirmed

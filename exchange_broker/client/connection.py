@@ -66,6 +66,9 @@ class Connection(asyncio.Protocol):
         self._flush_handle: asyncio.Handle | None = None
         self.flushes = 0  # writes so far: what is published between two is sent together
         self._acking: set = set()  # channels with acks to coalesce before the next write
+        # called once at the end of the read they were added in (a relay hands the deliveries of
+        # one read to its consumer as one run)
+        self.after_read: list[Callable[[], None]] = []
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
@@ -136,8 +139,12 @@ class Connection(asyncio.Protocol):
             elif t is ev.Closed:  # the close-ok of our close
                 self._fail(ClientError("closed"))
             if self.error is not None:
-                return
-        if self.protocol.has_output:
+                break
+        if self.after_read:
+            done, self.after_read = self.after_read, []
+            for fn in done:
+                fn()
+        if self.error is None and self.protocol.has_output:
             self._schedule_flush()
 
     def connection_lost(self, exc) -> None:

@@ -23,6 +23,7 @@ from typing import Callable, NamedTuple
 
 from exchange_broker.client import Channel, ClientError, Connection
 from exchange_broker.core.ports import Waiter
+from exchange_broker.protocol import codec
 
 log = logging.getLogger("exchange_broker.cluster")
 
@@ -125,7 +126,7 @@ class _Batch:
     them, fired once the leader confirmed each (True only if it acked every one and returned
     none). The link channel tracks the batch's publishes as one run and calls it with each
     confirm's count of them."""
-    __slots__ = ("forwarder", "key", "gen", "waiter", "pending", "ok")
+    __slots__ = ("forwarder", "key", "gen", "waiter", "pending", "ok", "shorts")
 
     def __init__(self, forwarder: "Forwarder", key: tuple, gen: int) -> None:
         self.forwarder = forwarder
@@ -134,6 +135,7 @@ class _Batch:
         self.waiter = Waiter()
         self.pending = 0        # sent (or waiting to be), not yet confirmed
         self.ok = True
+        self.shorts = (codec.short_cached(key[0]), codec.short_cached(key[1]))  # as framed
 
     def __call__(self, ok: bool, count: int = 1) -> None:
         if not ok:
@@ -180,7 +182,7 @@ class Forwarder:
         self.in_flight += 1
         if ready:
             try:  # raw properties and body go out as they came in, framed once, by the channel
-                ch.publish(exchange, routing_key, properties, body, mandatory=True, on_confirm=batch)
+                ch.publish_tracked(batch.shorts[0], batch.shorts[1], properties, body, batch)
             except ClientError:
                 batch(False)
         else:

@@ -88,6 +88,18 @@ class TagMap:
                 pass  # lost meanwhile: the leader requeued it
         holder.settled()
 
+    def ack(self, msg: Message) -> None:
+        """``settle(msg, ACK)`` as one call per relayed message: the ack joins the link channel's
+        coalesced acks (one basic.ack multiple at its next write)."""
+        entry = self.entries.pop(msg, None)
+        if entry is None:
+            return
+        holder, ch, tag = entry
+        holder.outstanding -= 1
+        if ch.error is None:
+            ch.ack(tag)
+        holder.settled()
+
     def forget(self, holder: Holder) -> None:
         """The holder's channel is gone: drop its entries (nothing can be settled there)."""
         for msg in [m for m, (h, _ch, _tag) in self.entries.items() if h is holder]:
@@ -162,22 +174,38 @@ class Relay(Holder):
             await self._stop_remote()
 
     # -- from the leader ---------------------------------------------------------------------------
+    _props = b""            # the last delivery's properties, and (persistent, priority) read from them
+    _quick = (False, 0)
+    _pump_queued = False   # a pump waits for the end of the link's read
+
     def _on_delivery(self, d) -> None:
+        """A delivery from the leader: buffered; the deliveries of one read of the link go to the
+        local consumer as one run at its end (``_after_read``). Properties equal to the last
+        message's become that same object, so the local channel frames the run from one
+        template."""
         if self.dead:
             return
-        q = self.queue
-        msg = relayed_message(d, q)
+        props = d.properties
+        if props == self._props:
+            props = self._props
+            persistent, prio = self._quick
+        else:
+            dm, prio, _flags = codec.quick_properties(props)
+            persistent = dm == 2
+            self._props, self._quick = props, (persistent, prio)
+        msg = Message(d.exchange, d.routing_key, props, d.body, persistent, prio)
+        msg.redelivered = d.redelivered
+        msg.queue = q = self.queue
         q.tags.entries[msg] = (self, self.channel, d.delivery_tag)  # TagMap.add, inline (per message)
         self.outstanding += 1
-        buf = self.buffer
-        if not buf and not self.stopping:  # the usual case: straight to the local consumer
-            c = self.consumer
-            if c.active and c.can_take():
-                q.stats_delivered += 1
-                c.deliver(msg)
-                return
-        buf.append(msg)
-        if not self.stopping:
+        self.buffer.append(msg)
+        if not self.stopping and not self._pump_queued:
+            self._pump_queued = True
+            self.channel.connection.after_read.append(self._after_read)
+
+    def _after_read(self) -> None:
+        self._pump_queued = False
+        if not self.dead and not self.stopping and self.buffer:
             self.pump()
 
     def _on_cancel(self, _tag: str, error: ClientError | None) -> None:

@@ -106,6 +106,55 @@ def test_publishes_given_one_on_confirm_are_one_run_settled_by_count(broker):
     run(scenario())
 
 
+def test_publish_tracked_is_a_mandatory_confirmed_run_and_after_read_runs_once_per_read(broker):
+    """``publish_tracked`` (what a forwarder calls per message): mandatory (a missing queue
+    returns it), confirms counted on the one run; the deliveries of one read come before that
+    read's ``after_read`` callbacks, each called once."""
+    queue = uniq("tracked")
+
+    async def scenario():
+        link = await Connection.open("127.0.0.1", broker.port, "guest", "guest", name="test link")
+        ch = await link.channel()
+        await ch.call(commands.Queue.Declare(queue=queue, auto_delete=True), commands.Queue.DeclareOk)
+        await ch.confirm_select()
+        returned: list = []
+        ch.on_return = returned.append
+        confirmed: list = []
+
+        def on_confirm(ok: bool, count: int) -> None:
+            confirmed.extend([ok] * count)
+        ex, key = codec.short_str(""), codec.short_str(queue)
+        for i in range(200):
+            ch.publish_tracked(ex, key, PERSISTENT, b"t%d" % i, on_confirm)
+        assert len(ch._unconfirmed) == 1  # one run of 200
+        ch.publish_tracked(ex, codec.short_str(uniq("nowhere")), PERSISTENT, b"lost", on_confirm)
+        while len(confirmed) < 201:
+            await asyncio.sleep(0.01)
+        assert confirmed == [True] * 201  # (the broker acks a returned message after its return)
+        assert [d.body for d in returned] == [b"lost"] and returned[0].reply_code == 312
+        events: list = []
+
+        def after() -> None:
+            events.append("after")
+
+        def on_delivery(d) -> None:
+            if not events or events[-1] == "after":
+                link.after_read.append(after)
+            events.append(d.body)
+        cons = await link.channel()
+        await cons.consume(queue, on_delivery, no_ack=True)
+        while sum(1 for e in events if e != "after") < 200:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        assert events[-1] == "after" and events[0] != "after"
+        assert [e for e in events if e != "after"] == [b"t%d" % i for i in range(200)]
+        assert "after" not in [events[i] for i in range(len(events) - 1) if events[i + 1] == "after"]
+        assert not link.after_read
+        await link.close()
+
+    run(scenario())
+
+
 def test_get_nack_requeue_reject_and_large_bodies(broker):
     queue = uniq("link")
     big = bytes(range(256)) * 2000  # 512,000 bytes: several body frames each way
