@@ -67,7 +67,10 @@ def main() -> int:
 
     def serve() -> None:
         async def run() -> None:
-            app = Application(Config(port=0, admin_port=0, data_dir=data, host="127.0.0.1"))
+            extra = {}
+            if "scheduler_busy_wait" in Config.__dataclass_fields__:  # the loop polling while it
+                extra["scheduler_busy_wait"] = 0  # waits for the commit is not the message's way
+            app = Application(Config(port=0, admin_port=0, data_dir=data, host="127.0.0.1", **extra))
             await app.start()
             holder["app"], holder["loop"] = app, asyncio.get_running_loop()
             holder["stop"] = asyncio.Event()
