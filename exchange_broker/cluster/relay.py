@@ -88,18 +88,6 @@ class TagMap:
                 pass  # lost meanwhile: the leader requeued it
         holder.settled()
 
-    def ack(self, msg: Message) -> None:
-        """``settle(msg, ACK)`` as one call per relayed message: the ack joins the link channel's
-        coalesced acks (one basic.ack multiple at its next write)."""
-        entry = self.entries.pop(msg, None)
-        if entry is None:
-            return
-        holder, ch, tag = entry
-        holder.outstanding -= 1
-        if ch.error is None:
-            ch.ack(tag)
-        holder.settled()
-
     def forget(self, holder: Holder) -> None:
         """The holder's channel is gone: drop its entries (nothing can be settled there)."""
         for msg in [m for m, (h, _ch, _tag) in self.entries.items() if h is holder]:

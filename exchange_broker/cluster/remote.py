@@ -39,7 +39,7 @@ from pamqp import commands
 
 from exchange_broker.client import ClientError
 from exchange_broker.cluster.links import FLOW_HIGH, Address, Links, spawn
-from exchange_broker.cluster.relay import NACK, REJECT, Getter, Relay, TagMap
+from exchange_broker.cluster.relay import ACK, NACK, REJECT, Getter, Relay, TagMap
 from exchange_broker.core.actions import Block
 from exchange_broker.core.message import Message
 from exchange_broker.core.ports import Waiter
@@ -197,7 +197,7 @@ class RemoteQueue(QueueType):
 
     # -- settling (by the leader's delivery tags) ---------------------------------------------------
     def settle(self, msg: Message) -> None:
-        self.tags.ack(msg)
+        self.tags.settle(msg, ACK)
 
     def delivered(self, msg: Message) -> None:
         pass  # the leader marks it
