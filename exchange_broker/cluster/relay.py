@@ -34,10 +34,15 @@ RETRY_LINK = 0.5  # seconds between attempts to reach a leader for a waiting con
 ACK, NACK, REJECT = 0, 1, 2
 
 
-def relayed_message(d, queue) -> Message:
+def quick(properties: bytes) -> tuple[bool, int]:
+    """(persistent, priority) read from raw properties."""
+    dm, prio, _flags = codec.quick_properties(properties)
+    return dm == 2, prio
+
+
+def relayed_message(d, queue, properties: bytes, persistent: bool, priority: int) -> Message:
     """A local Message for a delivery from the leader (raw properties and body kept)."""
-    dm, prio, _flags = codec.quick_properties(d.properties)
-    msg = Message(d.exchange, d.routing_key, d.properties, d.body, dm == 2, prio)
+    msg = Message(d.exchange, d.routing_key, properties, d.body, persistent, priority)
     msg.redelivered = d.redelivered
     msg.queue = queue
     return msg
@@ -176,14 +181,10 @@ class Relay(Holder):
         props = d.properties
         if props == self._props:
             props = self._props
-            persistent, prio = self._quick
         else:
-            dm, prio, _flags = codec.quick_properties(props)
-            persistent = dm == 2
-            self._props, self._quick = props, (persistent, prio)
-        msg = Message(d.exchange, d.routing_key, props, d.body, persistent, prio)
-        msg.redelivered = d.redelivered
-        msg.queue = q = self.queue
+            self._props, self._quick = props, quick(props)
+        msg = relayed_message(d, self.queue, props, *self._quick)
+        q = self.queue
         q.tags.entries[msg] = (self, self.channel, d.delivery_tag)  # TagMap.add, inline (per message)
         self.outstanding += 1
         self.buffer.append(msg)
@@ -290,7 +291,7 @@ class Getter(Holder):
         q.last_count = d.message_count if d is not None else 0
         if d is None:
             return None
-        msg = relayed_message(d, q)
+        msg = relayed_message(d, q, d.properties, *quick(d.properties))
         q.tags.add(msg, self, ch, d.delivery_tag)
         return msg
 

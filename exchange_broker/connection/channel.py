@@ -158,17 +158,19 @@ class Channel(AckMethods, PublishMethods, ConfirmMethods, DefinitionMethods, Tra
                     props = msg.properties
                     template = deliver_template(number, tag_sh, again, exchange_sh, key_sh, props,
                                                 body_size, frame_max)
+                    if template is not None:
+                        before, after = template
                 else:
                     template = deliver_template_holed(number, tag_sh, again, exchange_sh, key_sh,
                                                       props[0], props[1], body_size, frame_max)
+                    if template is not None:
+                        before, middle, after = template
                 if template is None:
-                    parts += deliver_frames(number, tag_sh, tag, again, exchange_sh, key_sh,
-                                            msg.properties, body, frame_max)
-                elif len(template) == 2:
-                    before, after = template
+                    parts += frames(number, tag_sh, tag, again, exchange_sh, key_sh,
+                                    msg.properties, body, frame_max)
+                elif middle is None:
                     parts += (before, tag.to_bytes(8, "big"), after, body, FRAME_END_BYTE)
                 else:
-                    before, middle, after = template
                     parts += (before, tag.to_bytes(8, "big"), middle,
                               (msg.seq - 1).to_bytes(8, "big"), after, body, FRAME_END_BYTE)
             if traced:

@@ -47,14 +47,6 @@ def _shape(raw: bytes) -> tuple[bytes, bytes]:
     return t
 
 
-def with_offset_header(raw: bytes, offset: int) -> bytes:
-    """Raw content-header properties with ``x-stream-offset: offset`` (AMQP type ``l``, long)
-    added to the headers table. Spliced into the bytes, no decode/encode: a template per
-    distinct properties value is cached, so the common case is two concatenations."""
-    t = _shape(raw)
-    return t[0] + _I64.pack(offset) + t[1]
-
-
 class _Delivery(Message):
     """What stream consumers are sent (shared by all of them): the properties carry the
     x-stream-offset header, and it is never 'stored', so acking it removes no row."""

@@ -20,14 +20,20 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 30))
 
 
+async def confirming_channel(port: int, queue: str, **declare):
+    """A link to the broker and a channel in confirm mode on which ``queue`` was declared."""
+    link = await Connection.open("127.0.0.1", port, "guest", "guest", name="test link")
+    ch = await link.channel()
+    await ch.call(commands.Queue.Declare(queue=queue, **declare), commands.Queue.DeclareOk)
+    await ch.confirm_select()
+    return link, ch
+
+
 def test_publish_with_confirms_then_consume_prefetch_and_ack(broker):
     queue = uniq("link")
 
     async def scenario():
-        link = await Connection.open("127.0.0.1", broker.port, "guest", "guest", name="test link")
-        ch = await link.channel()
-        await ch.call(commands.Queue.Declare(queue=queue, durable=True), commands.Queue.DeclareOk)
-        await ch.confirm_select()
+        link, ch = await confirming_channel(broker.port, queue, durable=True)
         futs = [ch.publish("", queue, PERSISTENT, b"m%d" % i) for i in range(150)]
         confirmed: list = []
 
@@ -79,10 +85,7 @@ def test_publishes_given_one_on_confirm_are_one_run_settled_by_count(broker):
     queue = uniq("runs")
 
     async def scenario():
-        link = await Connection.open("127.0.0.1", broker.port, "guest", "guest", name="test link")
-        ch = await link.channel()
-        await ch.call(commands.Queue.Declare(queue=queue, auto_delete=True), commands.Queue.DeclareOk)
-        await ch.confirm_select()
+        link, ch = await confirming_channel(broker.port, queue, auto_delete=True)
         got: list = []
 
         def on_confirm(ok: bool, count: int) -> None:
@@ -113,10 +116,7 @@ def test_publish_tracked_is_a_mandatory_confirmed_run_and_after_read_runs_once_p
     queue = uniq("tracked")
 
     async def scenario():
-        link = await Connection.open("127.0.0.1", broker.port, "guest", "guest", name="test link")
-        ch = await link.channel()
-        await ch.call(commands.Queue.Declare(queue=queue, auto_delete=True), commands.Queue.DeclareOk)
-        await ch.confirm_select()
+        link, ch = await confirming_channel(broker.port, queue, auto_delete=True)
         returned: list = []
         ch.on_return = returned.append
         confirmed: list = []

@@ -4,17 +4,8 @@ fairness); both differed here until the Java suite was run against the broker.""
 
 from __future__ import annotations
 
-import pytest
-from sansio import B, Q, SansIOClient
+from sansio import B, Q
 
-from exchange_broker.assembly import make_broker
-from exchange_broker.core.clock import ManualClock
-
-
-@pytest.fixture
-def client():
-    clock = ManualClock()
-    return SansIOClient(make_broker(clock=clock), clock)
 
 
 def consume_from_new_queue(client, tag: str, no_ack: bool) -> str:

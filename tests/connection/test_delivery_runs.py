@@ -5,19 +5,10 @@ queue's, consumer's and channel's counters agree."""
 
 from __future__ import annotations
 
-import pytest
-from sansio import B, Q, SansIOClient
+from sansio import B, Q
 
-from exchange_broker.assembly import make_broker
 from exchange_broker.connection.channel import OUTPUT_BUDGET
-from exchange_broker.core.clock import ManualClock
 from exchange_broker.queue_types.ready import RUN_BYTES, RUN_COUNT
-
-
-@pytest.fixture
-def client():
-    clock = ManualClock()
-    return SansIOClient(make_broker(clock=clock), clock)
 
 
 def test_a_backlog_goes_out_in_order_with_consecutive_tags(client):

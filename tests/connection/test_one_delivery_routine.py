@@ -8,20 +8,11 @@ Sans-IO on a ManualClock (``tests/sansio.py``): a real Session fed raw frames.""
 
 from __future__ import annotations
 
-import pytest
 from pamqp import body as pbody
 from pamqp import header as pheader
-from sansio import B, Q, SansIOClient, frames
+from sansio import B, Q, frames
 
-from exchange_broker.assembly import make_broker
-from exchange_broker.core.clock import ManualClock
 from exchange_broker.core.reply_to import PSEUDO_QUEUE
-
-
-@pytest.fixture
-def client():
-    clock = ManualClock()
-    return SansIOClient(make_broker(clock=clock), clock)
 
 
 def test_deliveries_get_oks_and_replies_share_one_tag_sequence(client):

@@ -138,14 +138,20 @@ def test_a_publish_blocked_by_two_queues_of_a_fanout_waits_for_its_store(low):
     assert pub.session.reading and not pub.session.throttled_by
 
 
-def test_a_stream_blocks_its_publisher_while_appends_await_their_commit(monkeypatch):
+def held_stream(monkeypatch):
+    """A broker on a store that commits when told, with a stream "s" that blocks its publishers
+    past 10 uncommitted appends, and an AMQP client: (clock, store, broker, client, stream)."""
     monkeypatch.setattr(stream_mod, "UNCOMMITTED_HIGH", 10)
     clock = ManualClock()
     store = HeldStore()
     broker = make_broker(clock=clock, durability=store)
-    pub = SansIOClient(broker, clock)
-    pub.call(Q.Declare(queue="s", durable=True, arguments={"x-queue-type": "stream"}))
-    s = broker.vhosts["/"].queues["s"]
+    client = SansIOClient(broker, clock)
+    client.call(Q.Declare(queue="s", durable=True, arguments={"x-queue-type": "stream"}))
+    return clock, store, broker, client, broker.vhosts["/"].queues["s"]
+
+
+def test_a_stream_blocks_its_publisher_while_appends_await_their_commit(monkeypatch):
+    clock, store, broker, pub, s = held_stream(monkeypatch)
     pub.call(CONFIRM.Select())
     for i in range(12):
         pub.publish("s", b"%d" % i)
@@ -162,14 +168,8 @@ def test_a_stream_blocks_its_publisher_while_appends_await_their_commit(monkeypa
 
 def test_an_mqtt_publisher_is_blocked_by_the_same_action(monkeypatch):
     """The MQTT session applies a queue's Block as the AMQP channel does."""
-    monkeypatch.setattr(stream_mod, "UNCOMMITTED_HIGH", 10)
-    clock = ManualClock()
-    store = HeldStore()
-    broker = make_broker(clock=clock, durability=store)
-    amqp = SansIOClient(broker, clock)
-    amqp.call(Q.Declare(queue="s", durable=True, arguments={"x-queue-type": "stream"}))
+    clock, store, broker, amqp, s = held_stream(monkeypatch)
     amqp.call(Q.Bind(queue="s", exchange="amq.topic", routing_key="t.#"))
-    s = broker.vhosts["/"].queues["s"]
     got: list = []
     parser = mqtt_codec.Parser(version=mqtt.V311, server=False)
     session = MQTTSession(MQTTHub(broker, MQTTSettings()), lambda data: got.extend(parser.feed(data)),

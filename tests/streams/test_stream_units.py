@@ -11,11 +11,16 @@ from pamqp import commands
 from exchange_broker.protocol import codec
 from exchange_broker.protocol.errors import AMQPError
 from exchange_broker.queue_types.stream_args import parse_interval_ms, parse_offset_spec
-from exchange_broker.queue_types.stream_delivery import with_offset_header
+from exchange_broker.queue_types.stream_delivery import _delivery
 from persistence.sql_store import SqlStore
 from persistence.store import StoredMessage
 
 P = commands.Basic.Properties
+
+
+def with_offset_header(raw: bytes, offset: int) -> bytes:
+    """The properties a stream consumer is sent for a message stored with ``raw``."""
+    return _delivery("", "s", raw, b"", offset, 0, None).properties
 
 
 @pytest.mark.parametrize("props", [

@@ -1,7 +1,8 @@
 // Runs test classes of the RabbitMQ Java client's own suite (JUnit 4) against whatever broker
-// answers on localhost:5672 (the suite's hard-coded port: test_java_client_suite.py runs this
-// broker and this runner inside a network namespace of their own, `unshare -n`, so the machine's
-// RabbitMQ on 5672 is never reached nor its port bound), leaving out the tests that drive the broker's host rather than the
+// answers on localhost at ConnectionFactory's default AMQP port, which the suite hard-codes.
+// test_java_client_suite.py runs our broker and this runner inside a network namespace of their
+// own (`unshare -n`), so the machine's RabbitMQ is never reached nor its port bound there. It
+// leaves out the tests that drive the broker's host rather than the
 // protocol: they call rabbitmqctl or make (close a connection from the server side, restart the
 // node, change user tags), which neither this broker nor a remote RabbitMQ offers to a client.
 // Prints "PASS name" / "FAIL name: first line of the failure" per test and "SUMMARY run failed".
