@@ -32,13 +32,13 @@ from sqlalchemy.engine import make_url
 
 
 def start_node(url: str, name: str, workdir: str, heartbeat: float, timeout: float,
-               mode: str = "active-standby") -> tuple[subprocess.Popen, str]:
+               mode: str = "active-standby", extra: list | tuple = ()) -> tuple[subprocess.Popen, str]:
     port_file = os.path.join(workdir, f"port-{name}")
     log = open(os.path.join(workdir, f"{name}.log"), "ab")
     proc = subprocess.Popen([sys.executable, "-m", "exchange_broker", "serve", "--cluster", "--database-url", url,
                              "--node-name", name, "--host", "127.0.0.1", "--port", "0", "--port-file", port_file,
                              "--admin-port", "0", "--heartbeat", "0", "--cluster-heartbeat", str(heartbeat),
-                             "--cluster-failover-timeout", str(timeout), "--cluster-mode", mode],
+                             "--cluster-failover-timeout", str(timeout), "--cluster-mode", mode, *extra],
                             stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     return proc, port_file
 

@@ -48,7 +48,7 @@ def leaders_cluster(args, count: int):
             files = []
             for i in range(count):
                 proc, port_file = start_node(url, f"n{i + 1}", workdir, args.heartbeat, args.failover_timeout,
-                                             mode="leaders")
+                                             mode="leaders", extra=getattr(args, "node_arg", None) or ())
                 procs.append(proc)
                 files.append(port_file)
             ports = [wait_port(f, 60) for f in files]

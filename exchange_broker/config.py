@@ -180,6 +180,11 @@ class Config:
         "client-local", "which node leads a durable queue declared in a cluster: client-local (the node the "
         "client declared it on) or balanced (the live node leading the fewest queues); a queue's "
         "x-queue-leader-locator argument overrides it", group="cluster", choices=("client-local", "balanced"))
+    cluster_connection_handoff: bool = setting(
+        False, "a client connection whose first publish (default exchange), basic.consume or basic.get names a "
+               "queue another node leads is handed to that node, and this node passes its bytes through: the "
+               "leader serves it as a local client, at a local client's cost; the connection then closes if "
+               "that node goes (leaders mode)", group="cluster")
     cluster_heartbeat: float = setting(1.0, "seconds between a node's heartbeats (and lease renewals)",
                                        group="cluster")
     cluster_failover_timeout: float = setting(

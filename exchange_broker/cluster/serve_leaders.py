@@ -30,6 +30,7 @@ from sqlalchemy import text
 
 from exchange_broker.cluster.definitions import DefinitionsMirror, Placeholders, load_rows
 from exchange_broker.cluster.delayed_leader import DelayedLeader
+from exchange_broker.cluster.handoff import HandOff
 from exchange_broker.cluster.leaders import LINK_USER, LeaderNode
 from exchange_broker.cluster.links import Links
 from exchange_broker.cluster.placement import Placement
@@ -98,6 +99,8 @@ async def plug_in(node: LeaderNode, store, broker, durability, config) -> None:
     broker.delivery_guard = node.guard  # the durable queues it leads wait while its lease may have run out
     broker.definitions_unavailable = node.definitions_unavailable  # 541 while the database is away
     node.links = Links(LINK_USER, node.link_secret, name=f"exchange-broker node {node.name}")
+    if config.cluster_connection_handoff:
+        broker.handoff = HandOff()
 
     def make_remote(broker_, vhost: str, name: str, row: dict, leader):
         # a placeholder never forwards to its own node (it waits for the queue to be made real here)

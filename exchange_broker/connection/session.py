@@ -22,6 +22,7 @@ from pamqp import decode as pdecode
 
 from exchange_broker.connection.channel import Channel
 from exchange_broker.connection.credentials import Credentials
+from exchange_broker.connection.handoff import HandOff, queue_of
 from exchange_broker.core.auth import User
 from exchange_broker.core.backpressure import BackPressure
 from exchange_broker.core.names import logsafe
@@ -46,13 +47,14 @@ def certificate_cn(cert: dict | None) -> str | None:
     names = [value for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"]
     return ",".join(names) if names else None
 
-class Session(Credentials, BackPressure):
+class Session(Credentials, BackPressure, HandOff):
     def __init__(self, broker, write: Callable[[bytes], None], close: Callable[[], None],
                  peer: tuple = ("", 0), *, limits: dict | None = None, name: str = "",
                  set_reading: Callable[[bool], None] = lambda on: None,
                  linger: Callable[[float], None] | None = None,
-                 peer_cert: dict | None = None) -> None:
+                 peer_cert: dict | None = None, pipe: Callable | None = None) -> None:
         self.broker = broker
+        self.pipe_to = pipe              # hand the transport to another broker's end (connection/handoff.py)
         self._linger = linger            # close the transport after reading (and dropping) input for N s
         self.peer_cert_cn = certificate_cn(peer_cert)  # a verified TLS client certificate's CN
         self.auth_mechanism = ""
@@ -60,6 +62,7 @@ class Session(Credentials, BackPressure):
         self.throttled_by: set = set()   # queues whose congestion pauses reading from this client
         self.reading = True
         self.has_published = False
+        self.handoff_open = broker.handoff is not None  # see connection/handoff.py
         self.blocked = False             # connection.blocked sent (resource alarm)
         self._write = write
         self._close_transport = close
@@ -170,6 +173,8 @@ class Session(Credentials, BackPressure):
     def _authenticate(self, mechanism: str, response: bytes) -> str:
         user, password = "", ""
         self.auth_mechanism = mechanism
+        if self.handoff_open and mechanism in ("PLAIN", "AMQPLAIN"):  # the leader is logged in to the same way
+            self.login_response = (mechanism, response)
         try:
             if mechanism == "EXTERNAL":  # the user is the certificate's; the response is not used
                 user, password = self.peer_cert_cn or "", None
@@ -207,7 +212,7 @@ class Session(Credentials, BackPressure):
 
     # -- input ---------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        if self._input is not None:  # still working through earlier input: after it
+        if self._input is not None or self.suspended:  # still working through earlier input: after it
             self._later.append(data)
             return
         # one frame at a time: each handled before the next is read
@@ -217,8 +222,11 @@ class Session(Credentials, BackPressure):
         """Handle ``events`` until they end or ``budget`` messages are done; then the rest waits
         for the next loop turn (reading paused meanwhile), so that one busy publisher cannot
         keep the other connections (its consumers' acks) waiting for a whole read buffer."""
+        self._events = events
         try:
             for event in events:
+                if self.handoff_open and self._offer(event):
+                    return  # suspended: the input waits for the hand-off's outcome
                 self._handle(event)
                 t = type(event)
                 budget -= len(event.items) if t is ev.Publishes else 1
@@ -241,6 +249,15 @@ class Session(Credentials, BackPressure):
             data = b"".join(self._later)
             self._later.clear()
             self.data_received(data)
+
+    def _offer(self, event) -> bool:
+        """Before the connection's first queue-bound request: may another broker take it now?"""
+        where = queue_of(event)
+        if where is None:
+            return False
+        self.handoff_open = False
+        handoff = self.broker.handoff
+        return handoff is not None and handoff(self, event, *where)
 
     def _resume_input(self, budget: int = 0) -> None:
         if self._input is not None:

@@ -77,6 +77,10 @@ class ServerConnection(Outbox, ConnectionClassMethods):
         self.client_properties: dict = {}
         self.state = "header"  # header, start, tune, open, opened, closing, closed
         self._buf = bytearray()
+        # where the input not yet turned into handed-up events starts (set at each yield of
+        # ``events``; -1 where the events of one frame are handed up one by one): see ``detach``
+        self._mark = -1
+        self._detaching = False
         self._publish_cache: dict = {}  # basic.publish payloads seen: their decoded arguments
         self._header_cache: dict = {}   # content-header frames seen (content.whole_content)
         # the last whole publish: (its frames up to the body, channel, exchange, routing key,
@@ -202,17 +206,20 @@ class ServerConnection(Outbox, ConnectionClassMethods):
             header_cache = self._header_cache
             last = self._last_publish
             pending = None  # a whole publish just read: joins the batch at the top of the loop
+            pending_at = -1  # where its frames start (-1: earlier reads, frame by frame)
             try:
                 while True:
                     if pending is not None:
                         # publishes in a row on one channel go up together (nothing is
                         # answered between them, so the order of replies holds)
                         if batch and batch[0].channel != pending.channel:
+                            self._mark = pending_at
                             yield _publishes(batch)
                             batch = []
                         batch.append(pending)
                         pending = None
                         if len(batch) >= PUBLISH_BATCH:
+                            self._mark = pos
                             yield _publishes(batch)
                             batch = []
                     if n - pos < 7:
@@ -224,6 +231,7 @@ class ServerConnection(Outbox, ConnectionClassMethods):
                         if end < n and src[end] == FRAME_END and channels.get(last[1], False) is None:
                             pending = ev.Publish(last[1], last[2], last[3], last[4], last[5], last[6],
                                                  src[end - last[8]:end], last[7])
+                            pending_at = pos
                             pos = end + 1
                             continue
                     start = pos
@@ -280,14 +288,18 @@ class ServerConnection(Outbox, ConnectionClassMethods):
                             event = out.pop()  # at most one: the publish, or a too-large refusal
                         if type(event) is ev.Publish:
                             pending = event
+                            pending_at = start if ftype == FRAME_METHOD else -1
                             continue
                         if event is not None:
                             if batch:
+                                self._mark = start
                                 yield _publishes(batch)
                                 batch = []
+                            self._mark = -1
                             yield event
                             continue
                     if batch:  # what came before this frame is handled before it is
+                        self._mark = start
                         yield _publishes(batch)
                         batch = []
                     try:
@@ -297,7 +309,8 @@ class ServerConnection(Outbox, ConnectionClassMethods):
                     if out:
                         events = out[:]
                         out.clear()
-                        for event in events:
+                        for i, event in enumerate(events):
+                            self._mark = pos if i == len(events) - 1 else -1
                             yield event
                             if type(event) in _REPLYING and event.reply is not None:
                                 self._send_reply(event, event.reply)
@@ -306,10 +319,11 @@ class ServerConnection(Outbox, ConnectionClassMethods):
                             break
                         payload_max = self._payload_max  # tune-ok sets it
                 if batch:
+                    self._mark = pos
                     yield _publishes(batch)
                     batch = []
             finally:
-                del buf[:pos]
+                del buf[:self._mark if self._detaching else pos]
         except AMQPError as err:
             self._buf.clear()
             if batch:  # the publishes before the bad frame still count
@@ -325,6 +339,30 @@ class ServerConnection(Outbox, ConnectionClassMethods):
                     self.state = "closed"
                 if self.state == "closed":
                     yield ev.Closed(abrupt=True)
+
+    def detachable(self) -> bool:
+        """The input after the event just handed up can be given back as it came (``detach``):
+        no content is half read and that event was the last of its frame."""
+        return self._mark >= 0 and self.state == "opened" and not self.held and \
+            all(v is None for v in self.channels.values())
+
+    def detach(self, events) -> bytes:
+        """Stop reading here: ``events`` (a generator of :meth:`events`, stopped at the event just
+        handed up, for which ``detachable()`` is true) is closed, and the input after that event
+        comes back as the peer sent it. Nothing more is parsed or answered on this connection."""
+        self._detaching = True
+        try:
+            events.close()
+        finally:
+            self._detaching = False
+        rest = bytes(self._buf)
+        self._buf.clear()
+        self.state = "closed"
+        return rest
+
+    def reattach(self) -> None:
+        """After ``detach``: the same connection reads again (the caller feeds it what it got back)."""
+        self.state = "opened"
 
     def _send_reply(self, event, reply: bytes) -> None:
         """The reply that follows an event, once the session has handled it."""

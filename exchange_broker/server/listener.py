@@ -55,6 +55,8 @@ class SessionProtocol(asyncio.Protocol):
 
 
 class AMQPProtocol(SessionProtocol):
+    pipe = None  # another broker's end, once the connection was handed off (connection/handoff.py)
+
     def __init__(self, server: "BrokerServer") -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
@@ -75,7 +77,7 @@ class AMQPProtocol(SessionProtocol):
         cert = transport.get_extra_info("peercert")
         self.session = Session(self.server.broker, self._write, self._close, peer[:2],
                                limits=self.server.limits, set_reading=self._set_reading,
-                               linger=self._linger_close, peer_cert=cert or None)
+                               linger=self._linger_close, peer_cert=cert or None, pipe=self._pipe_to)
         self.server.protocols.add(self)
 
     def _write(self, data: bytes) -> None:
@@ -92,6 +94,28 @@ class AMQPProtocol(SessionProtocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
             self.last_write = time.monotonic()
+
+    def _pipe_to(self, other) -> asyncio.Transport | None:
+        """The input goes to ``other.write`` as it comes from now on (a hand-off); the transport,
+        for what ``other`` sends back. Flow control and hanging up cross over too."""
+        self.pipe = other
+        t = self.transport
+        if t is None or t.is_closing():
+            return None
+        t.resume_reading()
+        return t
+
+    def pause_writing(self) -> None:
+        if self.pipe is not None:
+            self.pipe.pause_reading()
+        else:
+            self.session.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.pipe is not None:
+            self.pipe.resume_reading()
+        else:
+            self.session.resume_writing()
 
     def _set_reading(self, on: bool) -> None:
         t = self.transport
@@ -116,6 +140,9 @@ class AMQPProtocol(SessionProtocol):
         self._linger_timer = self.server.loop.call_later(seconds, self._close)
 
     def data_received(self, data: bytes) -> None:
+        if self.pipe is not None:
+            self.pipe.write(data)
+            return
         self.last_read = time.monotonic()
         if self.server.busy_wait is not None:
             self.server.busy_wait.touch()
@@ -165,6 +192,8 @@ class AMQPProtocol(SessionProtocol):
             self._linger_timer.cancel()
             self._linger_timer = None
         self.server.protocols.discard(self)
+        if self.pipe is not None:
+            self.pipe.close()
         if self.session is not None:
             self.session.connection_lost()
         self.transport = None
@@ -173,6 +202,8 @@ class AMQPProtocol(SessionProtocol):
         """Once a second: heartbeats out, dead peers and stalled handshakes dropped."""
         sess = self.session
         conn = sess.conn
+        if self.pipe is not None:
+            return  # the other broker's heartbeats pass through
         if conn.state != "opened":
             if conn.state in ("closing", "closed"):
                 if now - self.last_read > 5 and now - self.opened_at > 5:

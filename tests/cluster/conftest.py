@@ -11,6 +11,8 @@ from cluster_support import NodeProcess
 from pg_pair import PgPair
 from tcp_proxy import TcpProxy
 
+from exchange_broker.testing import ThreadedBroker
+
 
 @pytest.fixture
 def cluster_url(pg_database) -> str:
@@ -88,3 +90,11 @@ def tcp_proxy() -> Iterator[Callable[[str, int], TcpProxy]]:
     finally:
         for proxy in proxies:
             proxy.close()
+
+
+@pytest.fixture
+def node_b():
+    """A second in-process broker built like the ``broker`` fixture: the leader of the queues
+    node A (``broker``) holds placeholders for (``remote_support.Cluster``)."""
+    with ThreadedBroker() as tb:
+        yield tb
