@@ -445,6 +445,11 @@ class Session(Credentials, BackPressure, HandOff):
             if q.wants_dispatch:
                 q.dispatch()
 
+    def may_pace(self) -> bool:
+        """Pacing is on and pausing this connection cannot hold back acks or consumption some
+        queue waits for (it has no consumer and no unacked delivery): no deadlock."""
+        return self.pacing and not any(ch.consumers or ch.unacked for ch in self.channels.values())
+
     def first_publish(self) -> None:
         """A publishing connection is blocked while a resource alarm is in force."""
         self.has_published = True

@@ -19,9 +19,14 @@ class BackPressure:
         """Apply the actions in a queue's answer to a publish from this connection (a ``Block``:
         stop reading it until the queue releases it); returns the rest, the durability waiter."""
         while result.__class__ is Block:
-            self.throttle(result.queue)
+            if not result.paced or self.may_pace():
+                self.throttle(result.queue)
             result = result.then
         return result
+
+    def may_pace(self) -> bool:
+        """A queue whose consumers are fast but behind may pause this publisher (a paced Block)."""
+        return False
 
     def throttle(self, q) -> None:
         if q not in self.throttled_by:

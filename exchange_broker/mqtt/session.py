@@ -66,7 +66,6 @@ class MQTTSession(MQTTLogin, PublishMethods, DeliveryMethods, TakeoverMethods, B
         self.exclusive_queues: set = set()
         self.throttled_by: set = set()
         self.blocked = False
-        self.pacing = False
         self.reading = True
         # output
         self.out: list[bytes] = []

@@ -97,9 +97,10 @@ class ClassicQueue(QueueType):
         if (m.persistent or self.stores_all) and self.durable and self.store_id is not None:
             waiter = self.broker.durability.append(self, m)
         self.push(m)
-        if publisher is not None and not m.seq & flow.CHECK_MASK and len(self.ready) > flow.LOW \
-                and flow.look(self, publisher, len(self.ready)):
-            return Block(self, waiter)  # the publishing channel stops reading its connection
+        if publisher is not None and not m.seq & flow.CHECK_MASK and len(self.ready) > flow.LOW:
+            verdict = flow.look(self, publisher, len(self.ready))
+            if verdict:  # the publishing channel stops reading its connection (if it may be paced)
+                return Block(self, waiter, verdict == flow.PACED)
         return waiter
 
     def admit(self, msg: Message, per_message_ttl: int | None) -> bool:

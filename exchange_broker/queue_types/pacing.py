@@ -22,6 +22,10 @@ action ``Block``, which the publishing channel applies: the same switch as Rabbi
   each other's queues), and
 * pacing is on (``--no-publisher-pacing`` turns it off: ``Config.publisher_pacing``).
 
+The last two only the connection knows: the queue answers a *paced* ``Block`` and the connection
+applies it only if it may be paced (``Session.may_pace``); the queue never looks into the
+publisher. A full consumer socket (``congested``) pauses any publisher.
+
 It reads them again once the queue is below :data:`LOW`, its consumers are gone, the queue is
 deleted or, at the latest, after :data:`MAX_HOLD` s (consumers that slowed down meanwhile do not
 keep a publisher waiting: the next look measures their new rate).
@@ -84,27 +88,22 @@ class Pacer:
             self.timer = None
 
 
-def consumes(session) -> bool:
-    """True when pausing ``session`` could hold back acks or consumption some queue waits for."""
-    for ch in session.channels.values():
-        if ch.consumers or ch.unacked:
-            return True
-    return False
+CONGESTED, PACED = 1, 2  # what ``look`` may answer besides 0 (nothing to do)
 
 
-def look(queue, publisher, ready: int) -> bool:
-    """After a publish into ``queue`` (``ready`` messages now ready): True when ``publisher`` is to
-    be paused, the queue's consumers cannot keep up with it (see the module's docstring). The
-    caller pauses it (the queue's ``enqueue`` answers ``Block``)."""
+def look(queue, publisher, ready: int) -> int:
+    """After a publish into ``queue`` (``ready`` messages now ready): CONGESTED when a consumer's
+    socket is full (the publisher is paused, as RabbitMQ's flow would), PACED when its consumers
+    are fast but behind (the publisher is paused if its connection may be paced: it consumes
+    nothing and pacing is on, which only the connection knows), else 0. The queue's ``enqueue``
+    answers ``Block`` (paced or not); ``publisher`` is only compared with the ones it holds."""
     pacer = queue.pacer
     if pacer is None:
         pacer = queue.pacer = Pacer(queue)
     pacer.sample()
     if ready <= HIGH or publisher in queue.flow_blocked or not queue.consumers:
-        return False
-    # a consumer's socket is full (RabbitMQ's flow would stop it too), or consumers fast enough
-    if queue.congested() or (getattr(publisher, "pacing", False) and pacer.fast_enough(ready)
-                             and not consumes(publisher)):
+        return 0
+    verdict = CONGESTED if queue.congested() else PACED if pacer.fast_enough(ready) else 0
+    if verdict:
         pacer.hold()
-        return True
-    return False
+    return verdict

@@ -15,6 +15,7 @@ import pytest
 
 from eb_support import pika_connect, uniq, wait_until
 from exchange_broker.config import Config
+from exchange_broker.core.backpressure import BackPressure
 from exchange_broker.queue_types import pacing as flow
 from exchange_broker.testing import ThreadedBroker
 
@@ -28,14 +29,14 @@ def holds(monkeypatch):
     monkeypatch.setattr(flow, "LOW", 100)
     monkeypatch.setattr(flow, "MAX_HOLD", 3600.0)
     seen = []
-    original = flow.look
+    original = BackPressure.throttle
 
-    def look(queue, publisher, ready):
-        paused = original(queue, publisher, ready)
-        if paused:  # the queue answers the publish with Block: its channel stops reading
-            seen.append((queue.name, publisher))
-        return paused
-    monkeypatch.setattr(flow, "look", look)
+    def throttle(session, queue):
+        # the queue answered a publish with Block, and the connection stops reading
+        if queue not in session.throttled_by:
+            seen.append((queue.name, session))
+        original(session, queue)
+    monkeypatch.setattr(BackPressure, "throttle", throttle)
     return seen
 
 

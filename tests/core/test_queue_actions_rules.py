@@ -122,6 +122,32 @@ def test_a_paced_publish_is_confirmed_and_the_pause_ends_after_max_hold(low):
     assert pub.session.reading and not q.flow_blocked
 
 
+def test_a_paced_block_pauses_only_a_connection_that_consumes_nothing(low, monkeypatch):
+    """Consumers fast but behind (their sockets take everything): the queue answers a *paced*
+    Block without looking at the publisher; a connection pauses itself only if it may be paced."""
+    monkeypatch.setattr(flow.Pacer, "fast_enough", lambda self, ready: True)  # they count as fast
+    clock = ManualClock()
+    broker = make_broker(clock=clock)
+    cons, pub, other = (SansIOClient(broker, clock) for _ in range(3))
+    cons.call(Q.Declare(queue="q"))
+    cons.call(B.Qos(prefetch_count=10))
+    cons.call(B.Consume(queue="q", consumer_tag="c"))  # takes 10, acks nothing yet
+    other.call(Q.Declare(queue="mine"))
+    other.call(B.Consume(queue="mine", consumer_tag="m"))  # pausing it could hold back its acks
+    q = broker.vhosts["/"].queues["q"]
+    for i in range(flow.CHECK_MASK * 4 + 3):  # seq 1..255, no look yet
+        pub.publish("q", b"%d" % i)
+    pub.take()
+    assert len(q.ready) == 245 and pub.session.reading
+    answer = q.enqueue(from_wire("", "q", NO_PROPERTIES, b"x"), pub.session, None)  # seq 256 looks
+    assert answer.__class__ is Block and answer.paced and not q.congested()
+    assert pub.session.may_pace() and not other.session.may_pace()
+    other.session.apply_actions(answer)
+    assert other.session.reading and not other.session.throttled_by
+    pub.session.apply_actions(answer)
+    assert not pub.session.reading and pub.session.throttled_by == {q}
+
+
 def test_a_publish_blocked_by_two_queues_of_a_fanout_waits_for_its_store(low):
     """``Broker.enqueue`` hands every queue's Block (and the store's waiter) to the channel."""
     clock, store, broker, cons, pub = setup("a", "b", durable=("a",), fanout=True)
