@@ -69,7 +69,7 @@ class HandOff:
         up: Upstream | None = None
         try:
             _transport, up = await asyncio.wait_for(
-                loop.create_connection(lambda: Upstream(session, pending, done), host, port), self.timeout)
+                loop.create_connection(lambda: Upstream(self, session, pending, done), host, port), self.timeout)
             await asyncio.wait_for(asyncio.shield(done), self.timeout)
         except (OSError, asyncio.TimeoutError) as exc:
             why = "no answer in time" if isinstance(exc, asyncio.TimeoutError) else " ".join(str(exc).split())
@@ -79,14 +79,13 @@ class HandOff:
                 up.abandon()
             if not session.closed:
                 session.resume(pending)
-            return
-        self.handed += 1
 
 
 class Upstream(asyncio.Protocol):
     """The connection to the leader: a handshake on the client's behalf, then a pipe."""
 
-    def __init__(self, session, pending: bytes, done: asyncio.Future) -> None:
+    def __init__(self, owner: HandOff, session, pending: bytes, done: asyncio.Future) -> None:
+        self.owner = owner
         self.session = session
         self.pending = pending
         self.done = done
@@ -225,6 +224,7 @@ class Upstream(asyncio.Protocol):
             self.done.set_result(True)
             return
         self.client = client
+        self.owner.handed += 1
         peer = self.transport.get_extra_info("peername") or ("?", 0)
         sess.handed_off(f"the queue's leader at {peer[0]}:{peer[1]}")
         self.transport.write(self.pending)

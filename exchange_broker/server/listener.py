@@ -202,8 +202,8 @@ class AMQPProtocol(SessionProtocol):
         """Once a second: heartbeats out, dead peers and stalled handshakes dropped."""
         sess = self.session
         conn = sess.conn
-        if self.pipe is not None:
-            return  # the other broker's heartbeats pass through
+        if self.pipe is not None or sess.suspended:
+            return  # the other broker's heartbeats pass through (or the hand-off is being decided)
         if conn.state != "opened":
             if conn.state in ("closing", "closed"):
                 if now - self.last_read > 5 and now - self.opened_at > 5:
