@@ -6,7 +6,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,14 +13,9 @@ import urllib.error
 import urllib.request
 
 import pytest
+from eb_support import free_port
 
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(tmp_path, *extra: str, env: dict | None = None) -> tuple[subprocess.Popen, int]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from sec_helpers import wait_for
 
 from exchange_broker.server.tls import TLSConfig
 from exchange_broker.testing import ThreadedBroker
+from eb_support import free_port
 
 pytest.importorskip("cryptography")
 
@@ -126,17 +126,11 @@ def test_a_certificate_not_yet_valid_is_reported(tmp_path):
     assert body["expired"][0]["certfile_expires_on"] == ["error: Certificate is not yet valid"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_https_admin_listener_of_exchange_broker_serve(tmp_path):
     """`exchange-broker serve` with a certificate: the admin API is HTTPS and its listener is
     checked with the same certificate files."""
     pki = _write_pki(tmp_path / "pki", leaf_days=20, ca_days=400)
-    tls_port, admin_port = _free_port(), _free_port()
+    tls_port, admin_port = free_port(), free_port()
     port_file = tmp_path / "port"
     cmd = [sys.executable, "-m", "exchange_broker", "serve", "--in-memory", "--host", "127.0.0.1",
            "--port", "0", "--port-file", str(port_file), "--tls-cert", str(pki["cert"]),

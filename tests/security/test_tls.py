@@ -20,6 +20,7 @@ from sec_helpers import PROTOCOL_HEADER, make_pki, roundtrip, wait_for
 
 from exchange_broker.testing import ThreadedBroker
 from exchange_broker.server.tls import TLSConfig
+from eb_support import free_port
 
 pytest.importorskip("cryptography")
 
@@ -181,16 +182,10 @@ def test_admin_api_over_https(pki):
             asyncio.run_coroutine_threadsafe(admin.stop(), tb.loop).result(10)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_command_line_tls_and_https(pki, tmp_path):
     """`exchange-broker serve --tls-cert/--tls-key/--tls-port` serves amqps and the admin API
     over HTTPS with the same certificate."""
-    tls_port, admin_port = _free_port(), _free_port()
+    tls_port, admin_port = free_port(), free_port()
     port_file = tmp_path / "port"
     cmd = [sys.executable, "-m", "exchange_broker", "serve", "--in-memory", "--host", "127.0.0.1",
            "--port", "0", "--port-file", str(port_file), "--tls-cert", str(pki.server_cert),
