@@ -44,8 +44,8 @@ def pytest_addoption(parser, pluginmanager):
 # before the other tests. It used to run alone (``exclusive``, about 6 minutes with 3 of the 4
 # workers idle: the cluster tests mostly wait on leases, failovers and clients), because beside 3
 # other workers at equal priority, on a busy machine, nodes were starved past a 4.5 s lease.
-# The long units go out first (the cluster group, then the Spark modules, then by number of
-# tests): the run ends on short modules rather than on a Spark module started last.
+# The long units go out first (the cluster group, then ``LONG_UNITS``, then by number of tests):
+# the run ends on short modules rather than on a long one started last.
 # tests/spark is not one unit: as one, its 176 tests (568 s summed on a busy machine) were the
 # run's long pole on one worker; a worker that runs a Spark module starts its own JVM (the
 # session-scoped ``spark`` fixture), up to one per worker.
@@ -54,7 +54,11 @@ def pytest_addoption(parser, pluginmanager):
 SCOPE_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster"}
 PRIORITY_GROUP = "cluster"
 PRIORITY_NICE = 10  # CFS weight 110 against 1024 at nice 0
-LONG_UNITS = ("tests/spark/",)  # handed out right after the cluster group
+# handed out right after the cluster group, in this order: the longest single modules first
+# (xdist's own order, by number of tests, handed a one-test 80 s module out last, and the run
+# ended on it), then the Spark modules, then other long ones
+LONG_UNITS = ("tests/interop/test_java_client_suite.py", "tests/movers/test_shovel_restarts.py", "tests/spark/",
+              "tests/security/test_fuzz.py", "tests/durability/")
 
 
 def _scope_of(nodeid: str) -> str:
@@ -64,7 +68,9 @@ def _scope_of(nodeid: str) -> str:
 
 
 def _hand_out_order(scope: str) -> int:
-    return 0 if scope == PRIORITY_GROUP else 1 if scope.startswith(LONG_UNITS) else 2
+    if scope == PRIORITY_GROUP:
+        return 0
+    return 1 + next((i for i, prefix in enumerate(LONG_UNITS) if scope.startswith(prefix)), len(LONG_UNITS))
 
 
 @pytest.hookimpl(optionalhook=True)
