@@ -52,6 +52,10 @@ def pytest_addoption(parser, pluginmanager):
 # (pytest-xdist's own --dist=loadgroup cannot do this here: with pytest 9.2 it ignores the
 # xdist_group marks, pytest-xdist issue #1386.)
 SCOPE_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster"}
+# tests/cluster modules that start no node process (in-process brokers, store rules): ordinary
+# units, off the cluster group's serial path
+UNGROUPED = ("tests/cluster/test_remote_queue.py", "tests/cluster/test_connection_handoff.py",
+             "tests/cluster/test_rejoin_placement.py", "tests/cluster/test_promotion_counts.py")
 PRIORITY_GROUP = "cluster"
 PRIORITY_NICE = 10  # CFS weight 110 against 1024 at nice 0
 # handed out right after the cluster group, in this order: the longest single modules first
@@ -64,6 +68,8 @@ LONG_UNITS = ("tests/interop/test_java_client_suite.py", "tests/movers/test_shov
 def _scope_of(nodeid: str) -> str:
     """The unit of work of a test: its group, or its module (``tests/x/test_y.py``)."""
     path = nodeid.split("::", 1)[0]
+    if path in UNGROUPED:
+        return path
     return next((group for prefix, group in SCOPE_GROUPS.items() if path.startswith(prefix)), path)
 
 
