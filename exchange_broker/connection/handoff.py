@@ -43,9 +43,9 @@ def queue_of(event) -> tuple[str, str] | None:
     t = type(event)
     if t is ev.Publish:
         return (None if event.immediate else (event.exchange, event.routing_key))
-    if t is ev.Publishes:
+    if t is ev.Publishes:  # (immediate, which RabbitMQ refuses, is answered here: never framed again)
         first = event.items[0]
-        return None if first.immediate else (first.exchange, first.routing_key)
+        return None if any(p.immediate for p in event.items) else (first.exchange, first.routing_key)
     if t is ev.Method and event.method.name in QUEUE_BOUND:
         return "", event.method.queue
     return None
