@@ -68,7 +68,7 @@ def free_port() -> int:
     ephemeral range (32768-60999): a port the kernel handed out for ``bind(0)`` and released is
     soon given to some outgoing connection of the busy suite (thousands of connections a minute),
     and a broker started on it meanwhile fails with "address already in use"."""
-    return _port_below_ephemeral(remember=False)
+    return steady_port()
 
 
 _steady_ports: set[int] = set()  # handed out by this process: two nodes (or a node's two listeners) never share one
@@ -79,10 +79,6 @@ def steady_port() -> int:
     while it is down, no outgoing connection can be given its number. Never one this process handed
     out before: a node's AMQP and admin ports are both free until it starts (once both were the
     same, and the admin listener could not bind)."""
-    return _port_below_ephemeral(remember=True)
-
-
-def _port_below_ephemeral(remember: bool) -> int:
     import random
     for _ in range(200):
         port = random.randrange(20000, 32000)
@@ -93,8 +89,7 @@ def _port_below_ephemeral(remember: bool) -> int:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-        if remember:
-            _steady_ports.add(port)
+        _steady_ports.add(port)
         return port
     with socket.socket() as sock:  # the range is crowded: any port the kernel gives
         sock.bind(("127.0.0.1", 0))

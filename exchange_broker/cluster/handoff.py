@@ -81,6 +81,14 @@ class HandOff:
                 session.resume(pending)
 
 
+def _reading(transport: asyncio.Transport | None, on: bool) -> None:
+    if transport is not None and not transport.is_closing():
+        if on:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
+
+
 class Upstream(asyncio.Protocol):
     """The connection to the leader: a handshake on the client's behalf, then a pipe."""
 
@@ -104,20 +112,16 @@ class Upstream(asyncio.Protocol):
             self.transport.close()
 
     def pause_reading(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.pause_reading()
+        _reading(self.transport, False)
 
     def resume_reading(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
+        _reading(self.transport, True)
 
-    def pause_writing(self) -> None:
-        if self.client is not None and not self.client.is_closing():
-            self.client.pause_reading()
+    def pause_writing(self) -> None:  # the leader's side is full: stop reading the client
+        _reading(self.client, False)
 
     def resume_writing(self) -> None:
-        if self.client is not None and not self.client.is_closing():
-            self.client.resume_reading()
+        _reading(self.client, True)
 
     def eof_received(self) -> bool:
         return False

@@ -41,14 +41,14 @@ def reframed(event, frame_max: int) -> bytes:
 def queue_of(event) -> tuple[str, str] | None:
     """(exchange, routing key) of a publish, ("", queue) of basic.consume/get; None otherwise."""
     t = type(event)
-    if t is ev.Publish:
-        return (None if event.immediate else (event.exchange, event.routing_key))
-    if t is ev.Publishes:  # (immediate, which RabbitMQ refuses, is answered here: never framed again)
-        first = event.items[0]
-        return None if any(p.immediate for p in event.items) else (first.exchange, first.routing_key)
-    if t is ev.Method and event.method.name in QUEUE_BOUND:
-        return "", event.method.queue
-    return None
+    if t is ev.Method:
+        return ("", event.method.queue) if event.method.name in QUEUE_BOUND else None
+    if t is not ev.Publish and t is not ev.Publishes:
+        return None
+    items = (event,) if t is ev.Publish else event.items
+    if any(p.immediate for p in items):  # refused here (as RabbitMQ does); framed again it would lose the bit
+        return None
+    return items[0].exchange, items[0].routing_key
 
 
 class HandOff:
@@ -78,8 +78,7 @@ class HandOff:
         self.suspended = True
         self._input = None
         self.flush()  # what was answered before goes out ahead of anything from elsewhere
-        self.reading = False
-        self._set_reading(False)
+        self._update_reading()
         return reframed(event, self.conn.frame_max) + rest + later
 
     def resume(self, data: bytes) -> None:

@@ -434,7 +434,7 @@ class Session(Credentials, BackPressure, HandOff):
         # paused: the client does not read what we write; stop reading its requests too, so
         # the replies it provokes cannot pile up in our write buffer without bound
         want = not self.throttled_by and not self.blocked and not self.closed and not self.paused \
-            and self._input is None
+            and self._input is None and not self.suspended
         if want != self.reading:
             self.reading = want
             self._set_reading(want)
