@@ -38,6 +38,10 @@ def pytest_addoption(parser, pluginmanager):
 #   timeout) and the cluster benchmarks. Two of these tests side by side (6 node processes and
 #   their load on 2 cores) starve nodes of CPU until they are evicted (seen with --dist=load:
 #   11 of 29 failed), so the group is one unit, on one worker.
+# - "spark": every test that needs a Spark session (one JVM per worker that runs any: the
+#   session-scoped ``spark`` fixture). Spread over the workers, three or four JVMs started and
+#   warmed up side by side on 2 cores: the Spark tests took 841 s of worker time in a run
+#   (2026-12-02) against 236 s in one process alone. As one unit they share one JVM.
 # The cluster group is the first unit handed out, and its worker keeps the normal CPU priority
 # while the other workers lower theirs (``PRIORITY_NICE``) for the rest of the run: when the CPU
 # is short, the node processes (children of the cluster worker, or in their own session) get it
@@ -46,22 +50,19 @@ def pytest_addoption(parser, pluginmanager):
 # other workers at equal priority, on a busy machine, nodes were starved past a 4.5 s lease.
 # The long units go out first (the cluster group, then ``LONG_UNITS``, then by number of tests):
 # the run ends on short modules rather than on a long one started last.
-# tests/spark is not one unit: as one, its 176 tests (568 s summed on a busy machine) were the
-# run's long pole on one worker; a worker that runs a Spark module starts its own JVM (the
-# session-scoped ``spark`` fixture), up to one per worker.
 # (pytest-xdist's own --dist=loadgroup cannot do this here: with pytest 9.2 it ignores the
 # xdist_group marks, pytest-xdist issue #1386.)
-SCOPE_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster"}
+SCOPE_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster", "tests/spark/": "spark"}
 # tests/cluster modules that start no node process (in-process brokers, store rules): ordinary
 # units, off the cluster group's serial path
 UNGROUPED = ("tests/cluster/test_remote_queue.py", "tests/cluster/test_connection_handoff.py",
              "tests/cluster/test_rejoin_placement.py", "tests/cluster/test_promotion_counts.py")
 PRIORITY_GROUP = "cluster"
 PRIORITY_NICE = 10  # CFS weight 110 against 1024 at nice 0
-# handed out right after the cluster group, in this order: the longest single modules first
-# (xdist's own order, by number of tests, handed a one-test 80 s module out last, and the run
-# ended on it), then the Spark modules, then other long ones
-LONG_UNITS = ("tests/interop/test_java_client_suite.py", "tests/movers/test_shovel_restarts.py", "tests/spark/",
+# handed out right after the cluster group, in this order: the Spark group, then the longest single
+# modules (xdist's own order, by number of tests, handed a one-test 80 s module out last, and the
+# run ended on it), then other long ones
+LONG_UNITS = ("spark", "tests/interop/test_java_client_suite.py", "tests/movers/test_shovel_restarts.py",
               "tests/security/test_fuzz.py", "tests/durability/")
 
 

@@ -31,16 +31,25 @@ func main() {
 	fail("declare", err)
 	fmt.Printf("declared %s %d %d\n", q.Name, q.Messages, q.Consumers)
 	fail("confirm", ch.Confirm(false))
+	// confirms through NotifyPublish, not PublishWithDeferredConfirm: in amqp091-go 1.5.0 (Debian's)
+	// the deferred confirmation is registered after the publish is sent, so a confirm that arrives
+	// first is dropped and Wait() hangs until the context ends (amqp091-go issue #182)
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 3))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	acked := 0
 	for i := 1; i <= 3; i++ {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, amqp.Publishing{
+		err := ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{
 			ContentType: "text/plain", DeliveryMode: amqp.Persistent,
 			Headers: amqp.Table{"n": int32(i)}, Body: []byte(fmt.Sprintf("go %d", i))})
 		fail("publish", err)
-		if dc.Wait() {
-			acked++
+		select {
+		case c := <-confirms:
+			if c.Ack && c.DeliveryTag == uint64(i) {
+				acked++
+			}
+		case <-ctx.Done():
+			fail("confirm wait", ctx.Err())
 		}
 	}
 	fmt.Printf("confirmed %d\n", acked)
