@@ -110,7 +110,7 @@ def main() -> int:
     leaders.add_argument("--keep-logs", metavar="DIR", help="copy the node logs of a failed run into DIR")
     leaders.add_argument("--json", action="store_true", help="print the report as one JSON line last")
     leaders.add_argument("--node-arg", action="append", default=[], metavar="ARG",
-                         help="one more argument for every node's serve, e.g. --node-arg=--cluster-connection-handoff")
+                         help="one more argument for every node's serve, e.g. --node-arg=--no-cluster-connection-handoff")
     args = p.parse_args()
     if args.cluster_mode == "leaders":
         if args.scenario != "persistent":

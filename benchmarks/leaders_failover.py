@@ -1,8 +1,9 @@
 """Failover of a queue's leader in a leaders-mode cluster, seen by clients on another node (used by
 ``cluster_leaders_bench.py``).
 
-A producer and a consumer on the survivor-to-be work a queue another node leads (every publish
-forwarded, every delivery relayed); that leader is SIGKILLed. As a real client would:
+A producer and a consumer on the survivor-to-be work a queue another node leads (their
+connections handed off to that leader, the default; or, with ``--node-arg=--no-cluster-connection-handoff``,
+every publish forwarded and every delivery relayed); that leader is SIGKILLed. As a real client would:
 
 * the consumer, cancelled by the broker (consumer-cancel-notify: the relay from the dead leader is
   gone), consumes again after ``RECONSUME_DELAY``, again and again until the survivor leads the
@@ -95,7 +96,8 @@ class FailoverClients:
         prod = await self._connect_producer()
         message, offset = publish_template(self.queue, prod.frame_max)
         while not self.settled:
-            if prod.error is not None:
+            # (closing: the leader it was handed off to is gone; connection_lost comes next turn)
+            if prod.error is not None or prod.transport.is_closing():
                 try:
                     prod = await self._connect_producer()
                 except (AMQPError, OSError, asyncio.TimeoutError):
@@ -104,7 +106,7 @@ class FailoverClients:
             await asyncio.sleep(max(TICK, self.hold_until - self.loop.time()))
             room = MAX_UNCONFIRMED - len(self.outstanding)
             k = min(room, self.per_tick if not self.stopping else len(self.retry))
-            if k <= 0 or not prod.writable.is_set():
+            if k <= 0 or not prod.writable.is_set() or prod.transport.is_closing():
                 continue
             out = bytearray(message * k)
             at = offset

@@ -180,11 +180,13 @@ class Config:
         "client-local", "which node leads a durable queue declared in a cluster: client-local (the node the "
         "client declared it on) or balanced (the live node leading the fewest queues); a queue's "
         "x-queue-leader-locator argument overrides it", group="cluster", choices=("client-local", "balanced"))
-    cluster_connection_handoff: bool = setting(
-        False, "a client connection whose first publish (default exchange), basic.consume or basic.get names a "
-               "queue another node leads is handed to that node, and this node passes its bytes through: the "
-               "leader serves it as a local client, at a local client's cost; the connection then closes if "
-               "that node goes (leaders mode)", group="cluster")
+    no_cluster_connection_handoff: bool = setting(
+        False, "keep every client connection on the node it came in on, and forward message by message to "
+               "the queues other nodes lead (the connection and its consumers outlive a leader: basic.cancel). "
+               "By default a connection whose first publish (default exchange), basic.consume or basic.get "
+               "names a queue another node leads is handed to that node, and this node passes its bytes "
+               "through: the leader serves it as a local client, at a local client's cost, and the connection "
+               "closes if that node goes (leaders mode)", group="cluster")
     cluster_heartbeat: float = setting(1.0, "seconds between a node's heartbeats (and lease renewals)",
                                        group="cluster")
     cluster_failover_timeout: float = setting(

@@ -126,10 +126,14 @@ class LeadersStore:
         return done
 
     def members(self) -> dict[str, str]:
-        """The live nodes of this mode: name -> AMQP address."""
+        """The live nodes of this mode that take queues (not being drained): name -> AMQP address."""
+        return members_of(self.live())
+
+    def live(self) -> dict[str, tuple[str, bool]]:
+        """The live nodes of this mode: name -> (AMQP address, being drained)."""
         with self.store.transaction() as conn:
-            return dict(conn.execute(text(f"SELECT name, amqp_address FROM cluster_nodes WHERE {ALIVE} "
-                                          f"AND role = 'leader' AND NOT draining")).all())  # (queue_moves.py)
+            return {name: (address, draining) for name, address, draining in conn.execute(text(
+                f"SELECT name, amqp_address, draining FROM cluster_nodes WHERE {ALIVE} AND role = 'leader'"))}
 
     def forget(self, vhost: str, queue: str) -> None:
         """The queue was deleted: its lease row goes."""
@@ -206,3 +210,9 @@ def _drop_transient_definitions(conn: Connection) -> None:
                       "AND NOT q.durable"))
     conn.execute(text("DELETE FROM queues WHERE NOT durable"))
     conn.execute(text("DELETE FROM exchanges WHERE NOT durable"))
+
+
+def members_of(live: dict[str, tuple[str, bool]]) -> dict[str, str]:
+    """The members that take queues, of the live nodes ``LeadersStore.live`` read (queue_moves.py
+    marks a node draining)."""
+    return {name: address for name, (address, draining) in live.items() if not draining}

@@ -1,6 +1,7 @@
-"""``serve --cluster-connection-handoff``: a client connection whose first queue-bound request
-(a publish to the default exchange, basic.consume, basic.get) names a queue another node leads is
-handed to that leader, and this node passes its bytes through from then on.
+"""Connection hand-off (leaders mode, unless ``serve --no-cluster-connection-handoff``): a client
+connection whose first queue-bound request (a publish to the default exchange, basic.consume,
+basic.get) names a queue another node leads is handed to that leader, and this node passes its
+bytes through from then on.
 
 Forwarding message by message (``remote.py``) reads every frame twice and writes it twice: a
 forwarded message costs about twice the CPU of a local one. A handed-off connection costs this
@@ -18,7 +19,11 @@ reached or refuses, the connection stays here and is served as before.
 
 Limits: the connection then lives and dies with the leader: if the leader goes, the client's
 connection is closed (its client reconnects, and its unconfirmed publishes are its to send
-again); queues led by other nodes are reached from the leader, through its placeholders.
+again); queues led by other nodes are reached from the leader, through its placeholders. A
+leader can leave the cluster with its sockets still open (cut off from the database or paused
+past its lease, and evicted): at the first beat that no longer finds it live, this node closes
+the connections it handed to it (``live_now``), so their clients
+reconnect to a node that serves their queues instead of waiting on one that cannot confirm.
 """
 
 from __future__ import annotations
@@ -51,10 +56,23 @@ class HandOff:
     def __init__(self, timeout: float = HANDOFF_TIMEOUT) -> None:
         self.timeout = timeout
         self.handed = 0  # connections handed off (for tests and the log)
+        self.piped: dict[str, set[Upstream]] = {}  # leader node name -> its open pipes
+
+    def live_now(self, live) -> None:
+        """The cluster's live nodes, read at a beat (``LeaderNode.on_live``): the connections handed
+        to a node that is not one of them any more (evicted) are closed, both ways. A node being
+        drained is live: like its own clients, the clients handed to it stay, and reach the
+        queues it no longer leads through its placeholders."""
+        for node in [node for node in self.piped if node not in live]:
+            pipes = self.piped.pop(node)
+            log.warning("cluster: node %s left the cluster: closing the %d client connection(s) handed off "
+                        "to it (their clients reconnect)", node, len(pipes))
+            for up in pipes:
+                up.cut()
 
     def __call__(self, session, event, exchange: str, name: str) -> bool:
-        if exchange or not name or session.vhost is None or session.pipe_to is None:
-            return False
+        if exchange or not name or session.vhost is None or session.pipe_to is None or session.from_link:
+            return False  # (another node's link: what it forwards is nacked here, never passed on)
         q = session.vhost.queues.get(name)
         if type(q) is not RemoteQueue or q.address is None or q.deleted or not session.holds_nothing():
             return False
@@ -69,7 +87,8 @@ class HandOff:
         up: Upstream | None = None
         try:
             _transport, up = await asyncio.wait_for(
-                loop.create_connection(lambda: Upstream(self, session, pending, done), host, port), self.timeout)
+                loop.create_connection(lambda: Upstream(self, session, pending, done, q.leader), host, port),
+                self.timeout)
             await asyncio.wait_for(asyncio.shield(done), self.timeout)
         except (OSError, asyncio.TimeoutError) as exc:
             why = "no answer in time" if isinstance(exc, asyncio.TimeoutError) else " ".join(str(exc).split())
@@ -92,8 +111,9 @@ def _reading(transport: asyncio.Transport | None, on: bool) -> None:
 class Upstream(asyncio.Protocol):
     """The connection to the leader: a handshake on the client's behalf, then a pipe."""
 
-    def __init__(self, owner: HandOff, session, pending: bytes, done: asyncio.Future) -> None:
+    def __init__(self, owner: HandOff, session, pending: bytes, done: asyncio.Future, leader: str) -> None:
         self.owner = owner
+        self.leader = leader  # the node's name
         self.session = session
         self.pending = pending
         self.done = done
@@ -136,10 +156,16 @@ class Upstream(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.transport = None
+        self.owner.piped.get(self.leader, set()).discard(self)
         if self.client is not None:
             self.client.close()  # what was written goes out first
         elif not self.done.done():
             self.done.set_exception(OSError("the leader closed the connection"))
+
+    def cut(self) -> None:
+        """The leader left the cluster: both ends close (the client's once the leader's has)."""
+        if self.transport is not None:
+            self.transport.abort()
 
     def abandon(self) -> None:
         """The hand-off failed or timed out: the connection stays with this node."""
@@ -229,6 +255,7 @@ class Upstream(asyncio.Protocol):
             return
         self.client = client
         self.owner.handed += 1
+        self.owner.piped.setdefault(self.leader, set()).add(self)
         peer = self.transport.get_extra_info("peername") or ("?", 0)
         sess.handed_off(f"the queue's leader at {peer[0]}:{peer[1]}")
         self.transport.write(self.pending)

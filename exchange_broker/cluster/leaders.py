@@ -37,7 +37,7 @@ import logging
 import time
 from typing import Awaitable, Callable
 
-from persistence.cluster_leaders import Leader, LeadersStore, node_fence
+from persistence.cluster_leaders import Leader, LeadersStore, members_of, node_fence
 from persistence.cluster_store import ClusterStore, NodeNameInUse
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -67,6 +67,7 @@ class LeaderNode:
         self.leaders: dict[tuple[str, str], Leader] = {}
         self.members: dict[str, str] = {}  # live nodes -> AMQP address, read each beat
         self.on_evicted: Callable[[], int] = lambda: 0  # drop what it led (Placement.demote_all)
+        self.on_live: Callable[[set], None] = lambda names: None  # each beat's live nodes (HandOff.live_now)
         self.on_rejoined: Callable[[], int] = lambda: 0  # point the placeholders (Placement.point_at_leaders)
         self.drain: Callable[[], Awaitable[None]] | None = None  # every store write issued so far is done
         self.listening: tuple[str, str] = ("", "")
@@ -176,7 +177,9 @@ class LeaderNode:
         if not await self.renew() or self.lease.state != "held":
             return  # the database is away (logged once) or the node has just joined again
         try:
-            self.members = await self._call(self.leaders_store.members)
+            live = await self._call(self.leaders_store.live)
+            self.members = members_of(live)
+            self.on_live(set(live))
             evicted, given = await self._call(self.leaders_store.settle, self.name)
         except SQLAlchemyError as exc:
             log.warning("cluster: settling the leaders failed: %s", " ".join(str(exc).split())[:300])

@@ -99,8 +99,9 @@ async def plug_in(node: LeaderNode, store, broker, durability, config) -> None:
     broker.delivery_guard = node.guard  # the durable queues it leads wait while its lease may have run out
     broker.definitions_unavailable = node.definitions_unavailable  # 541 while the database is away
     node.links = Links(LINK_USER, node.link_secret, name=f"exchange-broker node {node.name}")
-    if config.cluster_connection_handoff:
+    if not config.no_cluster_connection_handoff:
         broker.handoff = HandOff()
+        node.on_live = broker.handoff.live_now
 
     def make_remote(broker_, vhost: str, name: str, row: dict, leader):
         # a placeholder never forwards to its own node (it waits for the queue to be made real here)

@@ -1,5 +1,5 @@
-"""Handing a client connection over to another broker, byte for byte (``serve
---cluster-connection-handoff``): the session's side.
+"""Handing a client connection over to another broker, byte for byte (a leaders-mode cluster
+node, unless ``serve --no-cluster-connection-handoff``): the session's side.
 
 A plug-in from above (the cluster's ``cluster/handoff.py``) may take a connection at its first
 queue-bound request (a publish, basic.consume or basic.get) while it holds nothing a client

@@ -102,7 +102,7 @@ class Broker:
         self.dispatch_later: list | None = None
         self.stats = {"publish": 0, "deliver": 0, "ack": 0, "confirm": 0, "return_unroutable": 0}
         self.events = None  # core/events.py EventExchange with serve --event-exchange
-        # such a cluster with --cluster-connection-handoff: (session, event) -> True when the leader
+        # such a cluster (unless --no-cluster-connection-handoff): (session, event) -> True when the leader
         # of the queue a connection first asks for takes the whole connection (cluster/handoff.py)
         self.handoff: Callable | None = None
         self.add_vhost("/", store=False)

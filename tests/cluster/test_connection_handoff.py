@@ -1,4 +1,4 @@
-"""``--cluster-connection-handoff`` (cluster/handoff.py): two real in-process brokers, node A
+"""Connection hand-off (cluster/handoff.py, leaders mode's default): two real in-process brokers, node A
 holding a placeholder for a queue node B leads, pika clients of A. A connection whose first
 request names B's queue is handed to B (A passes its bytes through); one that started with a
 local queue stays on A; a connection B refuses stays on A and loses nothing; when B goes, the
@@ -107,3 +107,40 @@ def test_when_the_leader_goes_the_handed_off_connection_ends_and_a_serves_on(clu
             ch.basic_publish("", q, b"y", PERSISTENT)
     other = cluster.connect(cluster.a).channel()
     other.queue_declare(uniq("still-served"))
+
+
+def test_when_the_leader_leaves_the_cluster_with_its_sockets_open_the_connection_ends(cluster):
+    """B is evicted (cut off from the database, or paused past its lease) but still up: at A's
+    first beat that finds B no longer live, A closes what it handed to B."""
+    q = uniq("left")
+    cluster.leader_queue(q)
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("", q, b"x", PERSISTENT)
+    assert cluster.handoff.handed == 1
+    cluster.a.call(lambda: cluster.handoff.live_now({"node-a", "node-b"}))
+    ch.basic_publish("", q, b"y", PERSISTENT)  # B is live (drained or not): nothing happens
+    cluster.a.call(lambda: cluster.handoff.live_now({"node-a"}))
+    with pytest.raises(pika.exceptions.AMQPError):
+        for _ in range(100):
+            conn.process_data_events(0.05)
+    assert cluster.a.call(lambda: cluster.handoff.piped) == {}
+    assert cluster.on_b(q) == (2, 0)  # both confirmed messages are B's
+
+
+def test_another_nodes_link_is_never_handed_off(cluster):
+    """A node's link publishes here to a queue it thinks this node leads (it moved meanwhile):
+    nacked at once, as forwarding would do, never passed on to the leader."""
+    q = uniq("link")
+    cluster.leader_queue(q)
+    for node in (cluster.a, cluster.b):  # the nodes share the link login
+        node.call(lambda node=node: setattr(node.broker, "link_login", ("node-link", "s3cret")))
+    conn = pika_connect(cluster.a.port, user="node-link", password="s3cret")
+    cluster.conns.append(conn)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    with pytest.raises(pika.exceptions.NackError):
+        ch.basic_publish("", q, b"x", PERSISTENT)
+    assert cluster.handoff.handed == 0
+    assert cluster.on_b(q) == (0, 0)

@@ -2,7 +2,12 @@
 processes on one throwaway PostgreSQL database): the node leading a queue is SIGKILLed, or paused
 past its lease and resumed, or every node restarts in turn, while four publishers with confirms and
 two consumers work through the other nodes. No confirmed message is lost; consumers get
-basic.cancel when their queue's leader goes and consume again through their node."""
+basic.cancel when their queue's leader goes and consume again through their node.
+
+The nodes keep every connection where it came in (``--no-cluster-connection-handoff``): these are
+the tests of forwarding message by message, which is also what any connection gets that holds
+something when it first names a queue another node leads. Handed-off connections under the same
+failures: test_leaders_handoff.py."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from cluster_support import FAILOVER_TIMEOUT, wait_for_status
 
 from eb_support import pika_connect, wait_until
 
-LEADERS = ("--cluster-mode", "leaders")
+LEADERS = ("--cluster-mode", "leaders", "--no-cluster-connection-handoff")
 
 pytestmark = pytest.mark.slow
 

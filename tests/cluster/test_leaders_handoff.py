@@ -1,4 +1,4 @@
-"""``serve --cluster-connection-handoff`` on real node processes (one throwaway PostgreSQL
+"""Connection hand-off (leaders mode's default) on real node processes (one throwaway PostgreSQL
 database): clients of n2 working a queue n1 leads are handed to n1, which lists them as its own
 clients; SIGKILL of n1 closes their connections, they reconnect to n2 (which now leads the queue)
 and no confirmed message is lost."""
@@ -14,7 +14,7 @@ from cluster_support import FAILOVER_TIMEOUT, wait_for_status
 
 from eb_support import pika_connect, wait_until
 
-HANDOFF = ("--cluster-mode", "leaders", "--cluster-connection-handoff")
+HANDOFF = ("--cluster-mode", "leaders")  # hands connections off by default
 
 pytestmark = pytest.mark.slow
 
