@@ -38,6 +38,7 @@ class ThreadedBroker:
 
     def __init__(self, broker: Broker | None = None, host: str = "127.0.0.1", port: int = 0,
                  limits: dict | None = None, *, admin: bool = False, admin_port: int = 0,
+                 admin_sample_interval: float | None = None,
                  loop: asyncio.AbstractEventLoop | None = None, mqtt=None, mqtt_ws: bool = False,
                  **server_kwargs) -> None:
         self.loop = loop or asyncio.new_event_loop()
@@ -53,6 +54,7 @@ class ThreadedBroker:
         # admin HTTP API: admin=True picks a free port; admin_port>0 uses that port; else off
         self.admin = None
         self._admin_port = admin_port if admin_port > 0 else (0 if admin else None)
+        self._admin_sampling = {} if admin_sample_interval is None else {"sample_interval": admin_sample_interval}
         # mqtt: an mqtt.hub.MQTTSettings (or True for the defaults) adds an MQTT listener on a free port
         # (and, with mqtt_ws=True, MQTT over WebSocket at /ws on another: ``mqtt_ws_port``)
         self.mqtt = self.mqtt_ws = None
@@ -114,7 +116,8 @@ class ThreadedBroker:
         if self._admin_port is not None:
             from exchange_broker.management.server import AdminServer
             from exchange_broker.movers.start import start_movers
-            self.admin = AdminServer(self.broker, self.server.host, self._admin_port, amqp_server=self.server)
+            self.admin = AdminServer(self.broker, self.server.host, self._admin_port, amqp_server=self.server,
+                                     **self._admin_sampling)
             await self.admin.start()
             self.admin.context.movers = await start_movers(self.broker, None, self.server.host, self.server.port)
         self._ready.set()
