@@ -22,8 +22,8 @@ connection is closed (its client reconnects, and its unconfirmed publishes are i
 again); queues led by other nodes are reached from the leader, through its placeholders. A
 leader can leave the cluster with its sockets still open (cut off from the database or paused
 past its lease, and evicted): at the first beat that no longer finds it live, this node closes
-the connections it handed to it (``live_now``), so their clients
-reconnect to a node that serves their queues instead of waiting on one that cannot confirm.
+the connections it handed to it (``live_now``), so their clients reconnect to a node that serves
+their queues instead of waiting on one that cannot confirm.
 """
 
 from __future__ import annotations
@@ -156,7 +156,11 @@ class Upstream(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.transport = None
-        self.owner.piped.get(self.leader, set()).discard(self)
+        pipes = self.owner.piped.get(self.leader)
+        if pipes is not None:
+            pipes.discard(self)
+            if not pipes:
+                del self.owner.piped[self.leader]
         if self.client is not None:
             self.client.close()  # what was written goes out first
         elif not self.done.done():

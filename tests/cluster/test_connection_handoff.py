@@ -60,6 +60,7 @@ def test_a_connection_that_first_publishes_to_bs_queue_is_served_by_b(cluster):
     assert wait_until(lambda: cluster.on_b(q) == (0, 0), 5)
     conn.close()  # connection.close passes through: B answers, A drops its end
     assert wait_until(lambda: users_on(cluster.b) == before_b, 5)
+    assert wait_until(lambda: cluster.a.call(lambda: cluster.handoff.piped) == {}, 5)  # A keeps no pipe
 
 
 def test_a_connection_that_first_used_a_local_queue_stays_and_forwards(cluster):
