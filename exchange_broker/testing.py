@@ -54,7 +54,7 @@ class ThreadedBroker:
         # admin HTTP API: admin=True picks a free port; admin_port>0 uses that port; else off
         self.admin = None
         self._admin_port = admin_port if admin_port > 0 else (0 if admin else None)
-        self._admin_sampling = {} if admin_sample_interval is None else {"sample_interval": admin_sample_interval}
+        self._admin_sample_interval = admin_sample_interval  # None: the admin server's default
         # mqtt: an mqtt.hub.MQTTSettings (or True for the defaults) adds an MQTT listener on a free port
         # (and, with mqtt_ws=True, MQTT over WebSocket at /ws on another: ``mqtt_ws_port``)
         self.mqtt = self.mqtt_ws = None
@@ -114,10 +114,11 @@ class ThreadedBroker:
                 await mqtt_server.start()
                 self.server.other_listeners.append(mqtt_server.listing)
         if self._admin_port is not None:
+            from exchange_broker.management.samples import DEFAULT_INTERVAL
             from exchange_broker.management.server import AdminServer
             from exchange_broker.movers.start import start_movers
             self.admin = AdminServer(self.broker, self.server.host, self._admin_port, amqp_server=self.server,
-                                     **self._admin_sampling)
+                                     sample_interval=self._admin_sample_interval or DEFAULT_INTERVAL)
             await self.admin.start()
             self.admin.context.movers = await start_movers(self.broker, None, self.server.host, self.server.port)
         self._ready.set()

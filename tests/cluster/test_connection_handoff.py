@@ -34,6 +34,18 @@ def users_on(node: ThreadedBroker) -> list[str]:
     return node.call(lambda: sorted(s.user for s in node.broker.sessions))
 
 
+def handed_off(cluster, prefix: str):
+    """(queue B leads, a connection of A handed to B by its first confirmed publish, its channel)."""
+    q = uniq(prefix)
+    cluster.leader_queue(q)
+    conn = cluster.connect(cluster.a)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("", q, b"x", PERSISTENT)
+    assert cluster.handoff.handed == 1
+    return q, conn, ch
+
+
 def test_a_connection_that_first_publishes_to_bs_queue_is_served_by_b(cluster):
     q = uniq("handoff")
     cluster.leader_queue(q)
@@ -94,13 +106,7 @@ def test_a_connection_the_leader_refuses_stays_here_with_nothing_lost(cluster):
 
 
 def test_when_the_leader_goes_the_handed_off_connection_ends_and_a_serves_on(cluster):
-    q = uniq("gone")
-    cluster.leader_queue(q)
-    conn = cluster.connect(cluster.a)
-    ch = conn.channel()
-    ch.confirm_delivery()
-    ch.basic_publish("", q, b"x", PERSISTENT)
-    assert cluster.handoff.handed == 1
+    q, conn, ch = handed_off(cluster, "gone")
     cluster.b.stop()
     with pytest.raises(pika.exceptions.AMQPError):
         for _ in range(100):
@@ -113,13 +119,7 @@ def test_when_the_leader_goes_the_handed_off_connection_ends_and_a_serves_on(clu
 def test_when_the_leader_leaves_the_cluster_with_its_sockets_open_the_connection_ends(cluster):
     """B is evicted (cut off from the database, or paused past its lease) but still up: at A's
     first beat that finds B no longer live, A closes what it handed to B."""
-    q = uniq("left")
-    cluster.leader_queue(q)
-    conn = cluster.connect(cluster.a)
-    ch = conn.channel()
-    ch.confirm_delivery()
-    ch.basic_publish("", q, b"x", PERSISTENT)
-    assert cluster.handoff.handed == 1
+    q, conn, ch = handed_off(cluster, "left")
     cluster.a.call(lambda: cluster.handoff.live_now({"node-a", "node-b"}))
     ch.basic_publish("", q, b"y", PERSISTENT)  # B is live (drained or not): nothing happens
     cluster.a.call(lambda: cluster.handoff.live_now({"node-a"}))
