@@ -66,15 +66,19 @@ def test_other_bad_requests(here):
 
 
 def test_shovel_moves_queue_to_remote_queue_with_confirms(there, here):
-    publish(here.port, "outbox", 300)
+    publish(here.port, "outbox", 0)  # declared, empty: the shovel replaced below has nothing to move
     value = {"src-uri": "amqp://", "src-queue": "outbox", "dest-uri": f"amqp://guest:guest@127.0.0.1:{there.port}",
              "dest-queue": "inbox", "dest-add-forward-headers": True, "prefetch-count": 50}
     assert here.api.put(SHOVEL + "out", {"value": value})[0] == 201
-    assert here.api.put(SHOVEL + "out", {"value": value})[0] == 204  # replaced
+    assert here.api.put(SHOVEL + "out", {"value": value})[0] == 204  # replaced: a new shovel, its counters at 0
     assert here.api.ok("GET", SHOVEL + "out") == {"value": value, "vhost": "/", "component": "shovel", "name": "out"}
+    publish(here.port, "outbox", 300, declare=False)
     assert wait_until(lambda: depth(there.port, "inbox") == 300, 20)
     assert depth(here.port, "outbox") == 0
     info = wait_state(here.api, "out", "running")
+    # counted as each confirm comes back, which can trail the destination's depth by a moment
+    assert wait_until(lambda: status(here.api, "out").get("forwarded") == 300, 10), status(here.api, "out")
+    info = status(here.api, "out")
     assert info["forwarded"] == 300 and info["pending"] == 0
     assert (info["type"], info["vhost"], info["src_queue"], info["dest_queue"]) == ("dynamic", "/", "outbox", "inbox")
     assert info["dest_uri"] == f"amqp://guest@127.0.0.1:{there.port}"  # no password
