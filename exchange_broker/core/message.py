@@ -4,6 +4,8 @@ publishes: AMQP, the admin API, move, the delayed exchange, the overview's test 
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Iterable, Protocol
 
 from exchange_broker.protocol import codec
@@ -102,22 +104,28 @@ def check_user_id(claimed, user: Publisher) -> None:
                     f"user was '{user.name}'", 60, 40, hard=False)
 
 
+_LEADING_INTEGER = re.compile(r"[+-]?[0-9]+")
+MAX_EXPIRY_MS = 315_360_000_000  # RabbitMQ's largest expiry timer: ten years
+
+
 def parse_expiration(value) -> int | None:
-    """The `expiration` property: a string of non-negative integer milliseconds."""
+    """The `expiration` property: integer milliseconds from 0 to ``MAX_EXPIRY_MS``, written as a
+    string. Refused as RabbitMQ refuses it (Erlang's ``string:to_integer`` and its error terms:
+    ``no_integer``, ``{leftover_string,"..."}``, ``{value_negative,N}``, ``{value_too_large,N}``)."""
     if value is None:
         return None
-    text = _text(value)
-    try:
-        ms = int(text)
-        if str(ms) != text.strip():
-            raise ValueError
-    except (TypeError, ValueError):
-        raise AMQPError(PRECONDITION_FAILED, f"invalid expiration '{text}': no_integer", 60, 40,
-                        hard=False) from None
-    if ms < 0:
-        raise AMQPError(PRECONDITION_FAILED, f"invalid expiration '{text}': {{value_negative,{ms}}}",
-                        60, 40, hard=False)
-    return ms
+    text = _text(value) if isinstance(value, (str, bytes, bytearray)) else str(value)
+    number = _LEADING_INTEGER.match(text)
+    if number is None:
+        reason = "no_integer"
+    elif number.end() < len(text):
+        reason = "{leftover_string,%s}" % json.dumps(text[number.end():], ensure_ascii=False)
+    else:
+        ms = int(number.group())
+        if 0 <= ms <= MAX_EXPIRY_MS:
+            return ms
+        reason = f"{{value_negative,{ms}}}" if ms < 0 else f"{{value_too_large,{ms}}}"
+    raise AMQPError(PRECONDITION_FAILED, f"invalid expiration '{text}': {reason}", 60, 40, hard=False)
 
 
 def _text(v):

@@ -41,6 +41,19 @@ PerMessageTTL PerQueueVsPerMessageTTL DeadLetterExchange SaslMechanisms UserIDHe
 HeadersExchangeValidation ConsumerPriorities ExceptionHandling PerConsumerPrefetch DirectReplyTo ConsumerCount
 BasicGet Nack ExceptionMessages""".split()
 FAILS_ON_RABBITMQ_TOO = {"declareQueueWithInvalidDeadLetterRoutingKeyArg(com.rabbitmq.client.test.functional.DeadLetterExchange)"}
+# A race in the suite's client, not a difference: these publish a refused `expiration` and then
+# call basicQos to meet the channel's 406. When the client's reader thread has already taken the
+# broker's channel.close by then (a loaded machine, the test thread not scheduled for the round
+# trip), basicQos throws AlreadyClosedException, not the IOException the test catches, and the test
+# fails though the broker closed the channel as RabbitMQ does. Accepted only in that form.
+PUBLISH_THEN_SYNC_RACE = {f"{m}(com.rabbitmq.client.test.functional.{c})"
+                          for m in ("invalidTypeUsedInTTL", "trailingCharsUsedInTTL", "tTLMustBePositive")
+                          for c in ("PerMessageTTL", "PerQueueVsPerMessageTTL")}
+
+
+def _lost_the_race(name: str, line: str) -> bool:
+    return name in PUBLISH_THEN_SYNC_RACE and "AlreadyClosedException" in line and \
+        "reply-code=406, reply-text=PRECONDITION_FAILED - invalid expiration" in line
 
 # the broker and the suite in one network namespace: loopback up, broker on 5672, suite, broker stopped
 SCRIPT = """
@@ -102,7 +115,8 @@ def test_rabbitmq_java_client_functional_suite(tmp_path):
     assert run.returncode == 0 and summary, f"rc={run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     ran = int(summary[0].split()[1])
     failed = {line[5:].split(": ", 1)[0]: line for line in lines if line.startswith("FAIL ")}
-    unexpected = [failed[name] for name in failed if name not in FAILS_ON_RABBITMQ_TOO]
+    unexpected = [line for name, line in failed.items()
+                  if name not in FAILS_ON_RABBITMQ_TOO and not _lost_the_race(name, line)]
     assert not unexpected, "\n".join(unexpected) + "\n--- broker log tail:\n" + \
         (data / "broker.log").read_text(errors="replace")[-3000:]
     assert ran >= 280, run.stdout[-2000:]
