@@ -3,7 +3,6 @@ scaffolding several test directories need (helpers themselves are in eb_support.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import tempfile
@@ -34,10 +33,13 @@ def pytest_addoption(parser, pluginmanager):
 # How the suite is spread over xdist workers (``--dist=loadscope``, pyproject's addopts): each
 # test module is one unit of work, run on one worker (its module-scoped fixtures set up once), and
 # these groups of modules are one unit each:
-# - "cluster": real cluster nodes (tests/cluster/cluster_support.py: short heartbeats and failover
-#   timeout) and the cluster benchmarks. Two of these tests side by side (6 node processes and
-#   their load on 2 cores) starve nodes of CPU until they are evicted (seen with --dist=load:
-#   11 of 29 failed), so the group is one unit, on one worker.
+# - "cluster": the tests that kill, pause or cut off real cluster nodes and time their failovers
+#   (tests/cluster/cluster_support.py: short heartbeats and failover timeout), and the cluster
+#   benchmarks. Two of these tests side by side (6 node processes and their load on 2 cores) starve
+#   nodes of CPU until they are evicted (seen with --dist=load: 11 of 29 failed), so the group is
+#   one unit, on one worker. The tests of tests/cluster that start nodes but fail none over
+#   (``UNGROUPED``) are ordinary units: their nodes get a failover timeout that no starving on a
+#   busy machine reaches (``on_priority_worker``, tests/cluster/conftest.py).
 # - "spark": every test that needs a Spark session (one JVM per worker that runs any: the
 #   session-scoped ``spark`` fixture). Spread over the workers, three or four JVMs started and
 #   warmed up side by side on 2 cores: the Spark tests took 841 s of worker time in a run
@@ -45,20 +47,32 @@ def pytest_addoption(parser, pluginmanager):
 # The cluster group is the first unit handed out, and its worker keeps the normal CPU priority
 # while the other workers lower theirs (``PRIORITY_NICE``) for the rest of the run: when the CPU
 # is short, the node processes (children of the cluster worker, or in their own session) get it
-# before the other tests. It used to run alone (``exclusive``, about 6 minutes with 3 of the 4
-# workers idle: the cluster tests mostly wait on leases, failovers and clients), because beside 3
-# other workers at equal priority, on a busy machine, nodes were starved past a 4.5 s lease.
+# before the other tests. The tests with a real-time budget elsewhere (``REALTIME``: a lateness, a
+# time to close) join that unit for the same reason (they used to run alone, every other worker
+# waiting: up to 50 s of the cluster worker's run went in those waits).
 # The long units go out first (the cluster group, then ``LONG_UNITS``, then by number of tests):
 # the run ends on short modules rather than on a long one started last.
 # (pytest-xdist's own --dist=loadgroup cannot do this here: with pytest 9.2 it ignores the
 # xdist_group marks, pytest-xdist issue #1386.)
 SCOPE_GROUPS = {"tests/cluster/": "cluster", "tests/benchmarks/test_cluster": "cluster", "tests/spark/": "spark"}
-# tests/cluster modules that start no node process (in-process brokers, store rules): ordinary
-# units, off the cluster group's serial path
+# tests/cluster modules that fail no node over: in-process brokers and stores, and nodes that only
+# serve (their own units, off the cluster group's serial path)
 UNGROUPED = ("tests/cluster/test_remote_queue.py", "tests/cluster/test_connection_handoff.py",
-             "tests/cluster/test_rejoin_placement.py", "tests/cluster/test_promotion_counts.py")
+             "tests/cluster/test_rejoin_placement.py", "tests/cluster/test_promotion_counts.py",
+             "tests/cluster/test_cluster_store.py", "tests/cluster/test_cluster_leaders_store.py",
+             "tests/cluster/test_queue_moves_store.py", "tests/cluster/test_db_lease.py",
+             "tests/cluster/test_stale_guard.py", "tests/cluster/test_db_pair.py",
+             "tests/cluster/test_leaders.py", "tests/cluster/test_queue_moves.py",
+             "tests/cluster/test_mqtt_any_node.py", "tests/cluster/test_mqtt_takeover_nodes.py")
 PRIORITY_GROUP = "cluster"
 PRIORITY_NICE = 10  # CFS weight 110 against 1024 at nice 0
+# the tests marked ``realtime``, which run in the priority group (checked at collection)
+REALTIME = ("tests/core/test_connection.py::test_silent_client_is_dropped_after_missed_heartbeats",
+            "tests/extensions/test_delayed.py::test_lateness_200_messages",
+            "tests/extensions/test_delayed.py::test_restart_after_sigkill",
+            "tests/extensions/test_delayed.py::test_store_window_under_concurrent_publishing",
+            "tests/persistence/test_store.py::test_load_definitions_fast_with_many_messages",
+            "tests/compat/test_frame_limits.py::test_two_gigabyte_frame_header_during_the_handshake_is_closed_at_once")
 # handed out right after the cluster group, in this order: the Spark group, then the longest single
 # modules (xdist's own order, by number of tests, handed a one-test 80 s module out last, and the
 # run ended on it), then other long ones
@@ -68,6 +82,8 @@ LONG_UNITS = ("spark", "tests/interop/test_java_client_suite.py", "tests/movers/
 
 def _scope_of(nodeid: str) -> str:
     """The unit of work of a test: its group, or its module (``tests/x/test_y.py``)."""
+    if nodeid.startswith(REALTIME):
+        return PRIORITY_GROUP
     path = nodeid.split("::", 1)[0]
     if path in UNGROUPED:
         return path
@@ -108,6 +124,11 @@ _run_has_priority_group: list[bool] = []  # this worker collected tests of PRIOR
 
 def pytest_collection_modifyitems(config, items):
     _run_has_priority_group.append(any(_scope_of(item.nodeid) == PRIORITY_GROUP for item in items))
+    marked = {item.nodeid for item in items if item.get_closest_marker("realtime") is not None}
+    listed = {item.nodeid for item in items if item.nodeid.startswith(REALTIME)}
+    if marked != listed:  # the scheduler sees node ids only: REALTIME must name what is marked
+        raise pytest.UsageError("tests/conftest.py: REALTIME must list exactly the tests marked realtime; "
+                                f"marked only: {sorted(marked - listed)}, listed only: {sorted(listed - marked)}")
 
 
 def _set_priority(item) -> None:
@@ -158,64 +179,27 @@ def _rewrite_tests_once(config) -> None:
 
 
 def pytest_configure(config):
-    if not hasattr(config, "workerinput"):  # the controlling process (or the only one), once
-        _compile_sources()
-    if (hasattr(config, "workerinput") or not config.pluginmanager.has_plugin("xdist")
-            or not config.getoption("numprocesses")):
-        return  # an xdist worker (it inherits EB_TEST_LOCK_DIR), or no workers at all
-    if config.getoption("assertmode") == "rewrite":
+    if hasattr(config, "workerinput"):  # an xdist worker
+        return
+    _compile_sources()  # the controlling process (or the only one), once
+    if (config.pluginmanager.has_plugin("xdist") and config.getoption("numprocesses")
+            and config.getoption("assertmode") == "rewrite"):
         _rewrite_tests_once(config)
-    config._eb_lock_dir = tempfile.mkdtemp(prefix="eb-test-locks-")
-    os.environ["EB_TEST_LOCK_DIR"] = config._eb_lock_dir  # before the workers are started
 
 
-def pytest_unconfigure(config):
-    lock_dir = getattr(config, "_eb_lock_dir", None)
-    if lock_dir is not None:
-        shutil.rmtree(lock_dir, ignore_errors=True)
-        os.environ.pop("EB_TEST_LOCK_DIR", None)
-
-
-def _locked(path: str, mode: int):
-    """``path`` opened and flock()ed with ``mode``; closing the file releases the lock."""
-    fh = open(path, "a")
-    fcntl.flock(fh, mode)
-    return fh
-
-
-_held: list = []  # the open lock files while this worker holds the run's lock
 _started: list = []  # this worker ran a test already
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Under xdist, a test marked ``exclusive`` runs alone: a readers-writer lock across the
-    run's workers (flock on files in EB_TEST_LOCK_DIR, made by the controlling process). Every
-    other test holds it shared; an exclusive one waits until the running ones end and keeps new
-    ones from starting (through the turnstile, which it keeps shut, so the others taking turns
-    cannot starve it), and keeps it for the exclusive tests that come next on its worker (a group
-    of them runs alone as a whole). Held around the test's setup, call and teardown."""
+def pytest_runtest_setup(item):
     if not _started:
         _started.append(item.nodeid)
         _set_priority(item)
-    locks = os.environ.get("EB_TEST_LOCK_DIR")
-    if locks is None or "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing runs beside
-        yield
-        return
-    exclusive = item.get_closest_marker("exclusive") is not None
-    if not _held:
-        turnstile = _locked(os.path.join(locks, "turnstile"), fcntl.LOCK_EX)
-        _held.append(_locked(os.path.join(locks, "lock"), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH))
-        if exclusive:
-            _held.append(turnstile)
-        else:
-            turnstile.close()
-    try:
-        yield
-    finally:
-        if not (exclusive and nextitem is not None and nextitem.get_closest_marker("exclusive")):
-            while _held:
-                _held.pop().close()
+
+
+@pytest.fixture
+def on_priority_worker(request) -> bool:
+    """The test runs in the priority group (at the normal CPU priority, when on xdist)."""
+    return _scope_of(request.node.nodeid) == PRIORITY_GROUP
 
 
 @pytest.fixture

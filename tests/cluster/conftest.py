@@ -7,7 +7,7 @@ import signal
 from typing import Callable, Iterator
 
 import pytest
-from cluster_support import NodeProcess
+from cluster_support import STEADY_FAILOVER_TIMEOUT, NodeProcess
 from pg_pair import PgPair
 from tcp_proxy import TcpProxy
 
@@ -28,14 +28,16 @@ def migrated_url(pg_database) -> str:
 
 
 @pytest.fixture
-def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
+def nodes(workdir, cluster_url, on_priority_worker) -> Iterator[Callable[..., NodeProcess]]:
     """nodes(name, *extra_args, url=None) -> a started NodeProcess (active or standing by), on
     ``cluster_url`` unless ``url`` says another way to it (a proxy, a multi-host URL);
-    ``nodes.together(...)`` starts several at once."""
+    ``nodes.together(...)`` starts several at once. Outside the cluster group (a test that fails
+    no node over) the nodes get ``STEADY_FAILOVER_TIMEOUT`` unless the test gives its own."""
     started: list[NodeProcess] = []
+    steady = () if on_priority_worker else ("--cluster-failover-timeout", STEADY_FAILOVER_TIMEOUT)
 
     def start(name: str, *extra: str, url: str | None = None) -> NodeProcess:
-        node = NodeProcess(workdir, url or cluster_url, name, *extra)
+        node = NodeProcess(workdir, url or cluster_url, name, *steady, *extra)
         started.append(node)
         return node.start_node()
 
@@ -44,7 +46,8 @@ def nodes(workdir, cluster_url) -> Iterator[Callable[..., NodeProcess]]:
         peers (``--cluster-mode leaders``: they migrate the store one at a time), or standbys of
         an active node that runs already. ``urls``: each node's way to the database, in order
         (a proxy each, a multi-host URL), instead of ``cluster_url``."""
-        batch = [NodeProcess(workdir, url, *spec) for spec, url in zip(specs, urls or [cluster_url] * len(specs))]
+        batch = [NodeProcess(workdir, url, name, *steady, *extra)
+                 for (name, *extra), url in zip(specs, urls or [cluster_url] * len(specs))]
         started.extend(batch)
         for node in batch:
             node.launch()

@@ -1,8 +1,9 @@
 """A cluster with per-queue leaders under load (``--cluster-mode leaders``; three real node
-processes on one throwaway PostgreSQL database): the node leading a queue is SIGKILLed, or paused
-past its lease and resumed, or every node restarts in turn, while four publishers with confirms and
-two consumers work through the other nodes. No confirmed message is lost; consumers get
-basic.cancel when their queue's leader goes and consume again through their node.
+processes on one throwaway PostgreSQL database): a dead leader's queues are spread over the live
+nodes with every confirmed message back; the node leading a queue is SIGKILLed, or paused past its
+lease and resumed, or every node restarts in turn, while four publishers with confirms and two
+consumers work through the other nodes. No confirmed message is lost; consumers get basic.cancel
+when their queue's leader goes and consume again through their node.
 
 The nodes keep every connection where it came in (``--no-cluster-connection-handoff``): these are
 the tests of forwarding message by message, which is also what any connection gets that holds
@@ -17,7 +18,8 @@ import time
 import pika
 import pytest
 from cluster_load import finish_load, run_load
-from cluster_support import FAILOVER_TIMEOUT, wait_for_status
+from cluster_support import FAILOVER_TIMEOUT, delivered_mark, wait_for_status
+from test_leaders import PERSISTENT, known_on, leaders_of
 
 from eb_support import pika_connect, wait_until
 
@@ -40,6 +42,65 @@ def declare_on(node, queue: str) -> None:
     conn = pika_connect(node.port)
     conn.channel().queue_declare(queue, durable=True)
     conn.close()
+
+
+def test_a_killed_leaders_queues_are_spread_over_the_survivors_with_every_message(nodes, cluster_url):
+    n1, n2, n3 = three(nodes)
+    queues = [f"spread-{i}" for i in range(6)]
+    conn = pika_connect(n1.port)
+    ch = conn.channel()
+    for q in queues:
+        ch.queue_declare(q, durable=True)
+    conn.close()
+    prod = pika_connect(n2.port)  # published through n2: forwarded to n1, confirmed by it
+    p = prod.channel()
+    p.confirm_delivery()
+    assert wait_until(lambda: all(known_on(n2, q) for q in queues), timeout=10)
+    for q in queues:
+        for i in range(20):
+            p.basic_publish("", q, f"{q}/{i}".encode(), PERSISTENT, mandatory=True)
+    prod.close()
+    # a consumer on n3 holds 5 unacked deliveries of spread-0 when n1 dies
+    cons = pika_connect(n3.port)
+    c = cons.channel()
+    c.basic_qos(prefetch_count=5)
+    held = []
+    c.basic_consume("spread-0", lambda _ch, m, _p, b: held.append(b))
+    assert wait_until(lambda: (cons.process_data_events(0.05), len(held) == 5)[1], timeout=10)
+    # the delivered mark (what makes a redelivery "redelivered") is stored by the leader's next
+    # group commit: wait for it, as the kill could otherwise come first
+    assert wait_until(lambda: delivered_mark(cluster_url, "spread-0") >= 5, timeout=10)
+    n1.kill()
+    killed = time.monotonic()
+    assert wait_until(lambda: set(leaders_of(cluster_url).values()) == {"n2", "n3"} and
+                      len(leaders_of(cluster_url)) == len(queues), timeout=30)
+    view = leaders_of(cluster_url)
+    counts = {n: sum(1 for leader in view.values() if leader == n) for n in ("n2", "n3")}
+    assert counts == {"n2": 3, "n3": 3}  # spread fairly, not all taken by one
+    for q in queues:
+        drained = []
+        node = n2 if view[q] == "n2" else n3
+        assert wait_until(lambda q=q, node=node: known_on(node, q), timeout=10)
+        other = pika_connect((n3 if node is n2 else n2).port)  # drained through the node that does not lead it
+        o = other.channel()
+        assert wait_until(lambda o=o, q=q: o.queue_declare(q, passive=True) is not None, timeout=10)
+        while True:
+            method, _props, body = o.basic_get(q, auto_ack=True)
+            if method is None:
+                if len(drained) >= 20:
+                    break
+                time.sleep(0.05)
+                continue
+            drained.append((body, method.redelivered))
+        other.close()
+        assert sorted(b for b, _ in drained) == sorted(f"{q}/{i}".encode() for i in range(20))
+        if q == "spread-0":  # the five held by the consumer came back marked redelivered
+            assert {b for b, r in drained if r} == set(held)
+    assert time.monotonic() - killed < float(FAILOVER_TIMEOUT) + 25
+    try:
+        cons.close()
+    except pika.exceptions.AMQPError:
+        pass
 
 
 def test_sigkill_of_a_queues_leader_under_load_loses_no_confirmed_message(nodes, cluster_url):

@@ -16,8 +16,9 @@ from test_leaders import LEADERS as LEADERS_MODE, known_on, leaders_of
 from eb_support import REPO, pika_connect, subprocess_env, wait_until
 
 AUTH = ("guest", "guest")
-# a longer lease than the other cluster tests: a loaded machine must not make a node give up mid-move
-LEADERS = (*LEADERS_MODE, "--cluster-failover-timeout", "6")
+# no node fails over here: the nodes get the long failover timeout of the tests that run beside
+# others (tests/cluster/conftest.py), and a loaded machine does not make one give up mid-move
+LEADERS = LEADERS_MODE
 
 
 def api(node, path: str, method: str = "GET"):

@@ -343,7 +343,7 @@ def test_load_definitions_uses_one_aggregate_and_no_bodies(store: SqlStore):
     assert {q["message_count"] for q in d.queues} == {50}
 
 
-@pytest.mark.exclusive  # a real-time budget: no other xdist worker's test takes the CPU meanwhile
+@pytest.mark.realtime  # a real-time budget: run at the normal CPU priority (tests/conftest.py)
 def test_load_definitions_fast_with_many_messages(store: SqlStore):
     qid = new_queue(store)
     n, chunk = 200_000, 20_000
