@@ -87,8 +87,14 @@ class Connection(asyncio.Protocol):
             client_properties={"product": product, "connection_name": name})
         try:
             tls = {} if ssl is None else {"ssl": ssl, "server_hostname": server_hostname}
-            await asyncio.wait_for(loop.create_connection(lambda: conn, host, port, **tls), timeout)
-            await asyncio.wait_for(asyncio.shield(conn._opened), timeout)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result when the
+            # caller is cancelled in the turn the handshake completes, and the cancel is lost
+            async with asyncio.timeout(timeout):
+                await loop.create_connection(lambda: conn, host, port, **tls)
+                await asyncio.shield(conn._opened)
+        except asyncio.CancelledError:
+            conn._fail(ClientError("cancelled while opening"))  # its socket closed
+            raise
         except asyncio.TimeoutError:
             conn._fail(ClientError(f"{host}:{port}: no answer within {timeout:g} s"))
             raise conn.error from None
@@ -261,7 +267,8 @@ class Connection(asyncio.Protocol):
             # the broker reads nothing more, and would requeue what they settle)
             self.protocol.close(200, "Goodbye")
             self._flush()
-            await asyncio.wait_for(asyncio.shield(self._closed), 5.0)
+            async with asyncio.timeout(5.0):  # (not wait_for: see open)
+                await asyncio.shield(self._closed)
         except (ClientError, asyncio.TimeoutError):
             pass
         self._fail(ClientError("closed"))

@@ -115,7 +115,7 @@ class Supervisor:
         kind, vhost, name = entry.key
         label = f"{kind} '{name}' in vhost '{vhost}'"
         status = entry.status
-        while True:
+        while self._entries.get(entry.key) is entry:  # replaced or stopped: never started again
             status.set("starting")
             try:
                 await entry.mover.run(status)

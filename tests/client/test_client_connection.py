@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from pamqp import commands
 
-from eb_support import pika_connect, uniq
+from eb_support import pika_connect, uniq, wait_until
 from exchange_broker.client import ClientError, Connection
 from exchange_broker.protocol import codec
 
@@ -332,3 +332,28 @@ def test_nothing_goes_out_on_a_channel_once_its_close_is_sent(broker):
         await ch.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
         await link.close()
     run(scenario())
+
+
+def test_open_cancelled_in_the_turn_its_handshake_completes_raises_and_leaves_no_connection(broker):
+    """A task cancelled in the same event-loop turn as its connection's handshake completes:
+    open() raises CancelledError and closes its socket. (asyncio.wait_for of Python 3.11 returns
+    the inner result then, swallowing the cancel: a shovel replaced while it connected went on
+    moving messages beside the one that replaced it.)"""
+    seen: list[Connection] = []
+    task: asyncio.Task | None = None
+
+    class CancelledAsItOpens(Connection):
+        def _connected(self, e) -> None:
+            super()._connected(e)
+            seen.append(self)
+            task.cancel()
+
+    async def scenario():
+        nonlocal task
+        task = asyncio.ensure_future(CancelledAsItOpens.open("127.0.0.1", broker.port, "guest", "guest"))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert seen and seen[0].transport is None or seen[0].transport.is_closing()
+
+    run(scenario())
+    assert wait_until(lambda: broker.call(lambda: len(broker.broker.sessions)) == 0)
