@@ -70,7 +70,6 @@ PRIORITY_NICE = 10  # CFS weight 110 against 1024 at nice 0
 REALTIME = ("tests/core/test_connection.py::test_silent_client_is_dropped_after_missed_heartbeats",
             "tests/extensions/test_delayed.py::test_lateness_200_messages",
             "tests/extensions/test_delayed.py::test_restart_after_sigkill",
-            "tests/extensions/test_delayed.py::test_store_window_under_concurrent_publishing",
             "tests/persistence/test_store.py::test_load_definitions_fast_with_many_messages",
             "tests/compat/test_frame_limits.py::test_two_gigabyte_frame_header_during_the_handshake_is_closed_at_once")
 # handed out right after the cluster group, in this order: the Spark group, then the longest single
