@@ -114,7 +114,7 @@ def parse_expiration(value) -> int | None:
     ``no_integer``, ``{leftover_string,"..."}``, ``{value_negative,N}``, ``{value_too_large,N}``)."""
     if value is None:
         return None
-    text = _text(value) if isinstance(value, (str, bytes, bytearray)) else str(value)
+    text = str(_text(value))
     number = _LEADING_INTEGER.match(text)
     if number is None:
         reason = "no_integer"

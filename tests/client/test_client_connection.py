@@ -353,7 +353,7 @@ def test_open_cancelled_in_the_turn_its_handshake_completes_raises_and_leaves_no
         task = asyncio.ensure_future(CancelledAsItOpens.open("127.0.0.1", broker.port, "guest", "guest"))
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert seen and seen[0].transport is None or seen[0].transport.is_closing()
+        assert seen and (seen[0].transport is None or seen[0].transport.is_closing())
 
     run(scenario())
     assert wait_until(lambda: broker.call(lambda: len(broker.broker.sessions)) == 0)

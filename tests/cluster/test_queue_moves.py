@@ -1,5 +1,7 @@
 """Queues follow the nodes (``--cluster-mode leaders``, real node processes on one throwaway
-PostgreSQL database): the admin API of any node shows a queue's real counts and purges it."""
+PostgreSQL database): the admin API of any node shows a queue's real counts and purges it. No
+node fails over here, so the nodes get the long failover timeout of the tests that run beside
+others (tests/cluster/conftest.py): a loaded machine does not make one give up mid-move."""
 
 from __future__ import annotations
 
@@ -11,14 +13,11 @@ import pytest
 import requests
 from cluster_load import Consumer, Publisher, finish_load
 from cluster_support import drain, publish_confirmed
-from test_leaders import LEADERS as LEADERS_MODE, known_on, leaders_of
+from test_leaders import LEADERS, known_on, leaders_of
 
 from eb_support import REPO, pika_connect, subprocess_env, wait_until
 
 AUTH = ("guest", "guest")
-# no node fails over here: the nodes get the long failover timeout of the tests that run beside
-# others (tests/cluster/conftest.py), and a loaded machine does not make one give up mid-move
-LEADERS = LEADERS_MODE
 
 
 def api(node, path: str, method: str = "GET"):

@@ -75,7 +75,7 @@ def test_shovel_moves_queue_to_remote_queue_with_confirms(there, here):
     publish(here.port, "outbox", 300, declare=False)
     assert wait_until(lambda: depth(there.port, "inbox") == 300, 20)
     assert depth(here.port, "outbox") == 0
-    info = wait_state(here.api, "out", "running")
+    wait_state(here.api, "out", "running")
     # counted as each confirm comes back, which can trail the destination's depth by a moment
     assert wait_until(lambda: status(here.api, "out").get("forwarded") == 300, 10), status(here.api, "out")
     info = status(here.api, "out")
