@@ -71,6 +71,18 @@ def free_port() -> int:
     return steady_port()
 
 
+def _port_slice() -> tuple[int, int]:
+    """This process's share of 20000-32000: each pytest-xdist worker draws from its own slice, so
+    two workers never pick the same port in the moment between the pick and the broker's bind (CI
+    once saw a node's admin port taken that way)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0):
+        return 20000, 32000
+    width = 12000 // int(count)
+    low = 20000 + (int(worker[2:]) % int(count)) * width
+    return low, low + width
+
+
 _steady_ports: set[int] = set()  # handed out by this process: two nodes (or a node's two listeners) never share one
 
 
@@ -80,8 +92,9 @@ def steady_port() -> int:
     out before: a node's AMQP and admin ports are both free until it starts (once both were the
     same, and the admin listener could not bind)."""
     import random
+    low, high = _port_slice()
     for _ in range(200):
-        port = random.randrange(20000, 32000)
+        port = random.randrange(low, high)
         if port in _steady_ports:
             continue
         with socket.socket() as sock:
