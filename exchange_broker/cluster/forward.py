@@ -98,8 +98,9 @@ class _ClientEnd(_End):
             return
         try:
             host, port = split_address(target)
-            _transport, upstream = await asyncio.wait_for(
-                self.splicer.loop.create_connection(lambda: _End(self.splicer), host, port), CONNECT_TIMEOUT)
+            async with asyncio.timeout(CONNECT_TIMEOUT):  # (not wait_for, which can lose a cancel)
+                _transport, upstream = await self.splicer.loop.create_connection(
+                    lambda: _End(self.splicer), host, port)
         except (OSError, ValueError, asyncio.TimeoutError) as exc:
             log.info("cluster: cannot reach the active node at %s for connection %s: %s", target, _name(client),
                      exc.__class__.__name__ if not str(exc) else " ".join(str(exc).split()))

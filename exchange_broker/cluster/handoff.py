@@ -86,10 +86,11 @@ class HandOff:
         done = loop.create_future()
         up: Upstream | None = None
         try:
-            _transport, up = await asyncio.wait_for(
-                loop.create_connection(lambda: Upstream(self, session, pending, done, q.leader), host, port),
-                self.timeout)
-            await asyncio.wait_for(asyncio.shield(done), self.timeout)
+            async with asyncio.timeout(self.timeout):  # (not wait_for, which can lose a cancel)
+                _transport, up = await loop.create_connection(
+                    lambda: Upstream(self, session, pending, done, q.leader), host, port)
+            async with asyncio.timeout(self.timeout):
+                await asyncio.shield(done)
         except (OSError, asyncio.TimeoutError) as exc:
             why = "no answer in time" if isinstance(exc, asyncio.TimeoutError) else " ".join(str(exc).split())
             log.info("connection %s stays on this node: the leader of %s at %s:%s does not take it: %s",

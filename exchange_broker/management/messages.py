@@ -151,7 +151,8 @@ async def stored(waiter) -> None:
 
     waiter.add(_stored, None)
     try:
-        ok = await asyncio.wait_for(fut, PUBLISH_CONFIRM_TIMEOUT)
+        async with asyncio.timeout(PUBLISH_CONFIRM_TIMEOUT):
+            ok = await fut
     except asyncio.TimeoutError:
         ok = False
     if not ok:

@@ -135,7 +135,8 @@ class Forwarding:
 
     async def _drain(self, done: asyncio.Future) -> None:
         try:
-            await asyncio.wait_for(self.pause(), DRAIN_TIMEOUT)
+            async with asyncio.timeout(DRAIN_TIMEOUT):
+                await self.pause()
             deadline = time.monotonic() + DRAIN_TIMEOUT
             while self.pending > 0 and not done.done() and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
