@@ -13,9 +13,10 @@ nodes forward to it. This module holds the SQL; ``exchange_broker/cluster/leader
   its leader unless a live node already leads it.
 * **Spreading a dead node's queues** (:meth:`LeadersStore.settle`, run by every node each beat,
   one at a time under an advisory lock): nodes whose heartbeat is older than their failover
-  timeout have their database sessions ended and their rows deleted; every queue whose leader is
-  not a live node is then given, one by one, to the live node that leads the fewest queues
-  (epoch + 1). The definitions version is bumped in the same transaction, so every node hears of
+  timeout have their database sessions ended (by every node at each beat, lock or not: a node
+  cut off in the middle of its own settle holds the lock until then) and their rows deleted;
+  every queue whose leader is not a live node is then given, one by one, to the live node that
+  leads the fewest queues (epoch + 1). The definitions version is bumped in the same transaction, so every node hears of
   the change at once (``NOTIFY``) and reloads the leaders with the definitions.
 * **The link secret**: the password nodes use to log in to each other (a random 63-bit number
   kept in ``cluster_counters``; whoever reads the database owns the cluster anyway).
@@ -26,6 +27,7 @@ Blocking calls: run them off the event loop.
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -108,8 +110,15 @@ class LeadersStore:
         cluster started afresh, as RabbitMQ's transient exchanges and queues), else the transient
         queues of its earlier incarnation; it leads again the durable queues still given to its
         name (epoch + 1)."""
+        while (done := self._resume(node)) is None:  # the lock is held: maybe by a dead node's hung
+            time.sleep(0.2)                             # settle, whose sessions were just ended
+        return done
+
+    def _resume(self, node: str) -> int | None:
         with self.store.transaction() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": SETTLE_LOCK})
+            if not conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtext(:k))"), {"k": SETTLE_LOCK}).scalar():
+                _end_dead_sessions(conn, node)
+                return None
             alone = not conn.execute(text(f"SELECT 1 FROM cluster_nodes WHERE {ALIVE} AND name <> :n"),
                                      {"n": node}).first()
             if alone:
@@ -144,17 +153,16 @@ class LeadersStore:
         fewest queues. Returns (evicted node names, queues given out). One node at a time does it
         (an advisory lock; the others skip this beat)."""
         with self.store.transaction() as conn:
-            if not conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtext(:k))"), {"k": SETTLE_LOCK}).scalar():
+            locked = conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtext(:k))"), {"k": SETTLE_LOCK}).scalar()
+            # a dead node may hold its row, or the settle lock itself, in a transaction that never
+            # ends (paused, or cut off from the database in the middle of its own settle): end its
+            # sessions first (their transactions roll back), then its row can go, at the next beat
+            # if it held the lock
+            dead = _end_dead_sessions(conn, me)
+            if not locked:
                 return [], 0
-            dead = conn.execute(text(f"SELECT name, pid, host FROM cluster_nodes WHERE NOT {ALIVE} AND name <> :me"),
-                                {"me": me}).all()
-            for name, pid, host in dead:
-                # a paused node may hold its row locked in an open transaction: end its sessions
-                # first (its transactions roll back), then its row can go
-                conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :a "
-                                  "AND pid <> pg_backend_pid()"), {"a": session_name(pid, host)})
+            conn.execute(text("SET LOCAL lock_timeout = '5s'"))  # no wait on a row lock is endless
             if dead:
-                conn.execute(text("SET LOCAL lock_timeout = '5s'"))
                 conn.execute(text(f"DELETE FROM cluster_nodes WHERE NOT {ALIVE} AND name <> :me"), {"me": me})
             live = {r.name: r.led for r in conn.execute(text(
                 f"SELECT n.name, (SELECT count(*) FROM queue_leases l WHERE l.leader = n.name AND l.vhost <> :store) AS led "
@@ -189,6 +197,17 @@ class LeadersStore:
                               "ON CONFLICT (name) DO NOTHING"), {"v": secrets.randbits(63)})
             value = conn.execute(text("SELECT value FROM cluster_counters WHERE name = 'link-secret'")).scalar_one()
         return f"{int(value):x}"
+
+
+def _end_dead_sessions(conn: Connection, me: str) -> list:
+    """End every database session of the nodes other than ``me`` whose heartbeat is older than
+    their failover timeout; returns their (name, pid, host) rows."""
+    dead = conn.execute(text(f"SELECT name, pid, host FROM cluster_nodes WHERE NOT {ALIVE} AND name <> :me"),
+                        {"me": me}).all()
+    for _name, pid, host in dead:
+        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :a "
+                          "AND pid <> pg_backend_pid()"), {"a": session_name(pid, host)})
+    return dead
 
 
 def _drop_queue(conn: Connection, vhost: str, queue: str) -> None:

@@ -1,15 +1,22 @@
 """persistence/cluster_leaders.py against a real, throwaway PostgreSQL database: claims, the
 eviction of a dead node with its queues spread over the live ones (fewest-led first), fencing of
-an evicted node's writes by its own row, and transient queues dropped with their node."""
+an evicted node's writes by its own row, transient queues dropped with their node, and a node
+cut off from the database in the middle of its own settle (holding the settle lock) still evicted."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+
+import psycopg
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from eb_support import wait_until
-from persistence.cluster_leaders import LeadersStore, node_fence
-from persistence.cluster_store import ClusterStore, Fenced
+from persistence.cluster_leaders import SETTLE_LOCK, LeadersStore, node_fence
+from persistence.cluster_store import ClusterStore, Fenced, session_name
 from persistence.sql_store import SqlStore
 
 
@@ -74,3 +81,51 @@ def test_a_dead_nodes_queues_are_spread_and_its_writes_fenced(url, made):
         assert conn.execute(text("SELECT count(*) FROM queues WHERE name = 'after-eviction'")).scalar() == 0
     # nothing more to do at the next settle
     assert b.settle("b") == ([], 0)
+
+
+
+@contextlib.contextmanager
+def hung_in_its_settle(url, store: ClusterStore, name: str):
+    """Node ``name`` (registered through ``store``) as another process whose database connection
+    hangs in the middle of its settle: a session with its application_name holding the settle lock
+    in a transaction that never ends. Yields that session."""
+    host = socket.gethostname()
+    with store.transaction() as conn:
+        conn.execute(text("UPDATE cluster_nodes SET pid = 999999 WHERE name = :n"), {"n": name})
+    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    hung = psycopg.connect(conninfo, application_name=session_name(999999, host))
+    try:
+        hung.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (SETTLE_LOCK,))
+        yield hung
+    finally:
+        hung.close()
+
+
+def test_a_node_cut_off_in_the_middle_of_its_settle_is_still_evicted(url, made):
+    """The others end a dead node's sessions even when they cannot take the settle lock, so the
+    next settle evicts it (before, no node could settle again until the server noticed the dead
+    connection: with TCP keepalive, hours)."""
+    a_store, _a = node(url, made, 1.0)
+    b_store, b = node(url, made)
+    a_store.register("a", role="leader")
+    b_store.register("b", role="leader")
+    with hung_in_its_settle(url, a_store, "a") as hung:
+        assert wait_until(lambda: b.settle("b")[0] == ["a"], timeout=10, interval=0.2)
+        with pytest.raises(psycopg.OperationalError):
+            hung.execute("SELECT 1")  # its session was ended
+    assert [row["name"] for row in b_store.nodes()] == ["b"]
+
+
+def test_a_node_starting_while_a_dead_nodes_settle_hangs_joins(url, made):
+    """A node (re)starting waits for the settle lock only until the node that holds it in a hung
+    transaction is dead: it ends that node's sessions (before, it waited as long as the hang)."""
+    a_store, _a = node(url, made, 1.0)
+    b_store, b = node(url, made)
+    a_store.register("a", role="leader")
+    b_store.register("b", role="leader")
+    with hung_in_its_settle(url, a_store, "a"):
+        resumed = []
+        joining = threading.Thread(target=lambda: resumed.append(b.resume("b")), daemon=True)
+        joining.start()
+        joining.join(15)
+        assert resumed == [0]
