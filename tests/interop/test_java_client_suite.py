@@ -51,6 +51,14 @@ PUBLISH_THEN_SYNC_RACE = {f"{m}(com.rabbitmq.client.test.functional.{c})"
                           for c in ("PerMessageTTL", "PerQueueVsPerMessageTTL")}
 
 
+# The suite's TTL tests that check a message is still there some 100 ms after its publish, by the
+# suite's own sleeps (a TTL of 200 ms, 90 ms to spare): a loaded machine that holds the test thread
+# or the broker that long fails them (seen once in a loaded run: expiryWithRequeue). The runner runs
+# such a test once more, alone, when it fails (RETRY_ONCE); it fails here only if it fails twice.
+# The rules themselves are tested exactly, on a ManualClock (tests/queue_types/, tests/core/).
+RETRY_ONCE = ("expiryWithRequeue", "publishAndGetWithExpiry", "transactionalPublishWithGet")
+
+
 def _lost_the_race(name: str, line: str) -> bool:
     return name in PUBLISH_THEN_SYNC_RACE and "AlreadyClosedException" in line and \
         "reply-code=406, reply-text=PRECONDITION_FAILED - invalid expiration" in line
@@ -105,6 +113,7 @@ def test_rabbitmq_java_client_functional_suite(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     env = {**os.environ, "PYTHON": sys.executable, "DATA": str(data), "SUITE_PORT": str(SUITE_PORT),
+           "RETRY_ONCE": ",".join(RETRY_ONCE),
            "CP": os.pathsep.join([str(classes), *map(str, CLASSPATH)]),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(["unshare", "-n", "bash", "-c", SCRIPT, "suite",
@@ -114,7 +123,17 @@ def test_rabbitmq_java_client_functional_suite(tmp_path):
     summary = [line for line in lines if line.startswith("SUMMARY ")]
     assert run.returncode == 0 and summary, f"rc={run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     ran = int(summary[0].split()[1])
-    failed = {line[5:].split(": ", 1)[0]: line for line in lines if line.startswith("FAIL ")}
+    outcome: dict[str, str | None] = {}  # the last PASS (None) or FAIL line of each test
+    for line in lines:
+        if line.startswith("PASS "):
+            outcome[line[5:]] = None
+        elif line.startswith("FAIL "):
+            outcome[line[5:].split(": ", 1)[0]] = line
+    retried = [line[6:] for line in lines if line.startswith("RETRY ")]
+    if retried:
+        print("run again after a failure:", ", ".join(f"{name} ({'failed' if outcome.get(name) else 'passed'})"
+                                                     for name in retried))
+    failed = {name: line for name, line in outcome.items() if line}
     unexpected = [line for name, line in failed.items()
                   if name not in FAILS_ON_RABBITMQ_TOO and not _lost_the_race(name, line)]
     assert not unexpected, "\n".join(unexpected) + "\n--- broker log tail:\n" + \
