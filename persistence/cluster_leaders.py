@@ -16,8 +16,9 @@ nodes forward to it. This module holds the SQL; ``exchange_broker/cluster/leader
   timeout have their database sessions ended (by every node at each beat, lock or not: a node
   cut off in the middle of its own settle holds the lock until then) and their rows deleted;
   every queue whose leader is not a live node is then given, one by one, to the live node that
-  leads the fewest queues (epoch + 1). The definitions version is bumped in the same transaction, so every node hears of
-  the change at once (``NOTIFY``) and reloads the leaders with the definitions.
+  leads the fewest queues (epoch + 1). The definitions version is bumped in the same
+  transaction, so every node hears of the change at once (``NOTIFY``) and reloads the leaders
+  with the definitions.
 * **The link secret**: the password nodes use to log in to each other (a random 63-bit number
   kept in ``cluster_counters``; whoever reads the database owns the cluster anyway).
 
@@ -151,7 +152,7 @@ class LeadersStore:
     def settle(self, me: str) -> tuple[list[str], int]:
         """Evict dead nodes and give every queue without a live leader to the live node with the
         fewest queues. Returns (evicted node names, queues given out). One node at a time does it
-        (an advisory lock; the others skip this beat)."""
+        (an advisory lock; the others only end dead nodes' sessions, and skip the rest this beat)."""
         with self.store.transaction() as conn:
             locked = conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtext(:k))"), {"k": SETTLE_LOCK}).scalar()
             # a dead node may hold its row, or the settle lock itself, in a transaction that never
