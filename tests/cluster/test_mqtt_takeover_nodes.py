@@ -61,6 +61,14 @@ def test_takeover_closes_the_older_connection_on_the_other_node(nodes):
         sender = client(p1, "sender")
         sender.publish("fleet/roam/1", b"to the new one", 1)
         assert [m.payload for m in second.wait_messages(1, timeout=20)] == [b"to the new one"]
+        # its PUBACK settles the message at the leader (n2 passes it on over its link); a takeover
+        # before that hands the message to the next connection again, as QoS 1 must
+        queue = f"http://127.0.0.1:{n1.admin_port}/api/queues/%2F/mqtt-subscription-roamqos1"
+
+        def settled() -> bool:
+            r = requests.get(queue, auth=("guest", "guest"), timeout=5)
+            return r.status_code == 200 and (r.json()["messages"], r.json()["messages_unacknowledged"]) == (0, 0)
+        assert wait_until(settled, 10), requests.get(queue, auth=("guest", "guest"), timeout=5).text
 
         # the newer connection on n1 (the leader): n2's connection is cancelled at once
         third = client(p1, "roam", properties=_kept(), clean_start=False)

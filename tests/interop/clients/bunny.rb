@@ -17,11 +17,12 @@ ch.confirm_select
 puts "confirmed #{ch.wait_for_confirms}"
 got = Queue.new
 q.subscribe(manual_ack: true) do |delivery, props, body|
-  got << "got #{body} #{props.content_type} n=#{props.headers["n"]} redelivered=#{delivery.redelivered?}"
+  # ack first: once the last line is taken, the main thread counts, deletes and closes; the ack and
+  # the count's queue.declare go on the same channel, so the count comes after every ack
   ch.ack(delivery.delivery_tag)
+  got << "got #{body} #{props.content_type} n=#{props.headers["n"]} redelivered=#{delivery.redelivered?}"
 end
 3.times { puts got.pop }
-sleep 0.2
 puts "left #{q.message_count}"
 q.delete
 conn.close

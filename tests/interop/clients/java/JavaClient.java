@@ -34,8 +34,9 @@ public class JavaClient {
                 @Override
                 public void handleDelivery(String tag, Envelope env, AMQP.BasicProperties p, byte[] body)
                         throws java.io.IOException {
-                    got.add("got " + new String(body, "UTF-8") + " " + p.getContentType() + " n=" + p.getHeaders().get("n"));
+                    // ack first: once the last line is taken, main cancels, deletes and closes the channel
                     getChannel().basicAck(env.getDeliveryTag(), false);
+                    got.add("got " + new String(body, "UTF-8") + " " + p.getContentType() + " n=" + p.getHeaders().get("n"));
                 }
             });
             for (int i = 0; i < 3; i++) {
