@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from .cluster_store import ALIVE, STORE_LEASE, ClusterStore, Fenced, _interval, session_name
+from .cluster_store import ALIVE, STORE_LEASE, ClusterStore, Fenced, _interval, end_sessions
 
 SETTLE_LOCK = "exchange-broker: settle leaders"
 # ALIVE for the row of cluster_nodes aliased "n"
@@ -206,8 +206,7 @@ def _end_dead_sessions(conn: Connection, me: str) -> list:
     dead = conn.execute(text(f"SELECT name, pid, host FROM cluster_nodes WHERE NOT {ALIVE} AND name <> :me"),
                         {"me": me}).all()
     for _name, pid, host in dead:
-        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :a "
-                          "AND pid <> pg_backend_pid()"), {"a": session_name(pid, host)})
+        end_sessions(conn, pid, host)
     return dead
 
 

@@ -75,6 +75,13 @@ def session_name(pid: int, host: str) -> str:
     return f"exchange-broker {pid}@{host}".encode()[:63].decode(errors="ignore")
 
 
+def end_sessions(conn: Connection, pid: int, host: str) -> int:
+    """In the caller's transaction: end every other database session of the node process ``pid``
+    on ``host`` (its open transactions roll back, its locks go). Returns how many."""
+    return len(conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :a "
+                                 "AND pid <> pg_backend_pid()"), {"a": session_name(pid, host)}).all())
+
+
 def tagged_url(url: str) -> str:
     """``url`` naming this process's sessions (``session_name``), so that they can be found and ended."""
     return parse(url).with_params(application_name=session_name(os.getpid(), socket.gethostname())).url
@@ -272,9 +279,7 @@ class ClusterStore:
         """End every database session of the node process ``pid`` on ``host``: its store lock goes,
         its open transactions roll back, and its next database call fails. Returns how many."""
         with self.transaction() as conn:
-            return len(conn.execute(text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :a "
-                "AND pid <> pg_backend_pid()"), {"a": session_name(pid, host)}).all())
+            return end_sessions(conn, pid, host)
 
     def lease_of(self, vhost: str, queue: str) -> Lease | None:
         """The running lease of a queue (None: nobody leads it now)."""

@@ -104,6 +104,18 @@ def publish_confirmed(port: int, queue: str, bodies: list[bytes]) -> None:
         conn.close()
 
 
+def hold_unacked(port: int, queue: str, n: int) -> tuple[pika.BlockingConnection, list[bytes]]:
+    """A consumer of ``queue`` with prefetch ``n`` that acks nothing, once it holds ``n``
+    deliveries: its connection (the caller closes it) and their bodies."""
+    conn = pika_connect(port)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=n)
+    held: list[bytes] = []
+    ch.basic_consume(queue, lambda _ch, _m, _p, body: held.append(body))
+    assert wait_until(lambda: (conn.process_data_events(0.05), len(held) == n)[1], timeout=10)
+    return conn, held
+
+
 def drain(port: int, queue: str) -> list[tuple[bytes, bool]]:
     """Every message of ``queue`` by basic.get, with its redelivered flag."""
     conn = pika_connect(port)

@@ -18,7 +18,7 @@ import time
 import pika
 import pytest
 from cluster_load import finish_load, run_load
-from cluster_support import FAILOVER_TIMEOUT, delivered_mark, wait_for_status
+from cluster_support import FAILOVER_TIMEOUT, delivered_mark, hold_unacked, wait_for_status
 from test_leaders import PERSISTENT, known_on, leaders_of
 
 from eb_support import pika_connect, wait_until
@@ -61,12 +61,7 @@ def test_a_killed_leaders_queues_are_spread_over_the_survivors_with_every_messag
             p.basic_publish("", q, f"{q}/{i}".encode(), PERSISTENT, mandatory=True)
     prod.close()
     # a consumer on n3 holds 5 unacked deliveries of spread-0 when n1 dies
-    cons = pika_connect(n3.port)
-    c = cons.channel()
-    c.basic_qos(prefetch_count=5)
-    held = []
-    c.basic_consume("spread-0", lambda _ch, m, _p, b: held.append(b))
-    assert wait_until(lambda: (cons.process_data_events(0.05), len(held) == 5)[1], timeout=10)
+    cons, held = hold_unacked(n3.port, "spread-0", 5)
     # the delivered mark (what makes a redelivery "redelivered") is stored by the leader's next
     # group commit: wait for it, as the kill could otherwise come first
     assert wait_until(lambda: delivered_mark(cluster_url, "spread-0") >= 5, timeout=10)

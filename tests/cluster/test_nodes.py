@@ -11,7 +11,8 @@ import sys
 
 import pika
 import requests
-from cluster_support import NodeProcess, cluster_status, delivered_mark, drain, publish_confirmed, wait_for_status
+from cluster_support import (NodeProcess, cluster_status, delivered_mark, drain, hold_unacked, publish_confirmed,
+                             wait_for_status)
 
 from eb_support import REPO, pika_connect, subprocess_env, wait_until
 
@@ -88,12 +89,7 @@ def test_a_paused_active_node_is_replaced_and_stops_when_it_resumes(nodes, clust
     bodies = [f"k{i}".encode() for i in range(30)]
     publish_confirmed(n1.port, "kept", bodies)
     # a consumer on the paused node with prefetch 5: it holds 5 unacked deliveries when p1 stops
-    holder = pika_connect(n1.port)
-    hch = holder.channel()
-    hch.basic_qos(prefetch_count=5)
-    held = []
-    hch.basic_consume("kept", lambda _c, m, _p, b: held.append(b))
-    assert wait_until(lambda: (holder.process_data_events(0.05), len(held) == 5)[1], timeout=10)
+    holder, held = hold_unacked(n1.port, "kept", 5)
     # the queue's delivered mark (what makes a redelivery "redelivered") is stored by the next
     # group commit; wait for it, as the pause could otherwise come first
     assert wait_until(lambda: delivered_mark(cluster_url, "kept") > 0, timeout=10)
